@@ -1,0 +1,128 @@
+"""``python -m stage5 model`` and ``python -m stage5 deploy``: the cost model from the command line."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from stage5 import cost
+from stage5.hardware import GB, GiB, get_gpu
+from stage5.models import ModelConfig, get_model
+
+FORMATS = {"bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "int8": 1.0, "int4": 0.5}
+
+
+def _fail(message: str) -> int:
+    print(f"error: {message}", file=sys.stderr)
+    return 2
+
+
+def describe_model(cfg: ModelConfig) -> dict[str, float | str]:
+    """Parameters, BF16 weight bytes and KV bytes per token of one config."""
+    return {
+        "name": cfg.name,
+        "params": cfg.num_params,
+        "active_params": cfg.active_params,
+        "weights_GB_bf16": cfg.weight_bytes(2) / GB,
+        "weights_GiB_bf16": cfg.weight_bytes(2) / GiB,
+        "kv_bytes_per_token_bf16": cfg.kv_bytes_per_token(2),
+        "layers": cfg.num_layers,
+        "heads": cfg.num_heads,
+        "kv_heads": cfg.num_kv_heads,
+        "head_dim": cfg.head_dim,
+    }
+
+
+def model_main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="python -m stage5 model",
+                                     description="Parameters, weight bytes and KV bytes per token of a model.")
+    parser.add_argument("config", help="path to a Hugging Face config.json, or a registry name")
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args(argv)
+    try:
+        if args.config.endswith(".json"):
+            cfg = ModelConfig.from_json_file(args.config)
+        else:
+            cfg = get_model(args.config)
+    except (ValueError, FileNotFoundError, TypeError) as err:
+        return _fail(str(err))
+    info = describe_model(cfg)
+    if args.json:
+        print(json.dumps(info, indent=1))
+        return 0
+    print(f"{cfg.name}: {cfg.num_params:,} parameters"
+          + (f" ({cfg.active_params:,} active per token)" if cfg.num_experts > 1 else ""))
+    print(f"  weights (BF16): {info['weights_GB_bf16']:.2f} GB = {info['weights_GiB_bf16']:.2f} GiB")
+    print(f"  KV cache (BF16): {cfg.kv_bytes_per_token(2):,.0f} bytes per token "
+          f"(2 x {cfg.num_layers} layers x {cfg.num_kv_heads} KV heads x {cfg.head_dim} x 2 bytes)")
+    return 0
+
+
+def diagnose_deployment(dep: cost.Deployment, context: int, batch: int, prompt: int | None = None,
+                        price: float = cost.DEFAULT_PRICE_PER_GPU_HOUR) -> dict[str, float | str]:
+    """TTFT, TPOT, bound, max concurrency and $/M output tokens of a deployment at a batch and context."""
+    max_seqs = int(cost.max_concurrency(dep, context))
+    if batch > max_seqs:
+        raise cost.InfeasibleDeployment(
+            f"KV cache memory ran out: batch {batch} at {context:,} tokens needs "
+            f"{batch * context * dep.kv_bytes_per_token / GiB:.1f} GiB of KV cache but only "
+            f"{cost.kv_budget_bytes(dep) / GiB:.1f} GiB is free after weights and reserve "
+            f"(at most {max_seqs} sequences fit).")
+    step = cost.decode_step(dep, batch, context)
+    return {
+        "model": dep.model.name, "gpu": dep.gpu.name, "gpus": dep.num_gpus,
+        "weights_bytes_per_param": dep.weight_bytes, "kv_bytes_per_element": dep.kv_bytes,
+        "context": context, "batch": batch,
+        "ttft_ms": float(cost.ttft_s(dep, prompt or context)) * 1e3,
+        "tpot_ms": float(step.time_s) * 1e3,
+        "memory_ms": float(step.memory_s) * 1e3,
+        "compute_ms": float(step.compute_s) * 1e3,
+        "bound": str(step.bound),
+        "tokens_per_s": float(cost.decode_throughput(dep, batch, context)),
+        "max_concurrency": max_seqs,
+        "kv_budget_GiB": cost.kv_budget_bytes(dep) / GiB,
+        "usd_per_million_tokens": float(cost.cost_per_million_tokens(dep, batch, context, price)),
+    }
+
+
+def deploy_main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m stage5 deploy",
+        description="Diagnose a deployment. Assumes perfect tensor-parallel scaling (optimistic) and a fixed MFU.")
+    parser.add_argument("--model", required=True, help="registry name or path to a config.json")
+    parser.add_argument("--gpu", required=True, help="accelerator name, e.g. H100, A100-80GB, MI300X")
+    parser.add_argument("--gpus", type=int, default=1, help="number of GPUs (tensor parallel)")
+    parser.add_argument("--context", type=int, required=True, help="tokens per sequence held in the KV cache")
+    parser.add_argument("--batch", type=int, required=True, help="concurrent sequences")
+    parser.add_argument("--prompt", type=int, default=None, help="prompt tokens for TTFT (default: --context)")
+    parser.add_argument("--weights", choices=sorted(FORMATS), default="bf16")
+    parser.add_argument("--kv", choices=sorted(FORMATS), default="bf16")
+    parser.add_argument("--mfu", type=float, default=cost.DEFAULT_MFU)
+    parser.add_argument("--price", type=float, default=cost.DEFAULT_PRICE_PER_GPU_HOUR, help="USD per GPU-hour")
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args(argv)
+    for name in ("gpus", "context", "batch"):
+        if getattr(args, name) <= 0:
+            return _fail(f"--{name} must be a positive integer, got {getattr(args, name)}")
+    try:
+        model = ModelConfig.from_json_file(args.model) if args.model.endswith(".json") else get_model(args.model)
+        dep = cost.Deployment(model, get_gpu(args.gpu), args.gpus, FORMATS[args.weights], FORMATS[args.kv],
+                              mfu=args.mfu)
+        info = diagnose_deployment(dep, args.context, args.batch, args.prompt, args.price)
+    except (ValueError, FileNotFoundError) as err:
+        return _fail(str(err))
+    if args.json:
+        print(json.dumps(info, indent=1))
+        return 0
+    print(f"{info['model']} on {args.gpus} x {info['gpu']} (weights {args.weights}, KV {args.kv}), "
+          f"batch {args.batch} at {args.context:,} tokens")
+    print(f"  TTFT  {info['ttft_ms']:10.2f} ms   (prefill of {args.prompt or args.context:,} tokens, no queueing)")
+    print(f"  TPOT  {info['tpot_ms']:10.2f} ms   (memory {info['memory_ms']:.2f} ms, compute "
+          f"{info['compute_ms']:.2f} ms: {info['bound']}-bound)")
+    print(f"  throughput {info['tokens_per_s']:,.0f} output tokens/s")
+    print(f"  max concurrency {info['max_concurrency']:,} sequences "
+          f"(KV budget {info['kv_budget_GiB']:.1f} GiB)")
+    print(f"  cost  ${info['usd_per_million_tokens']:.3f} per million output tokens at ${args.price}/GPU-hour")
+    print("  (perfect tensor-parallel scaling and a fixed MFU are assumed: treat these as floors)")
+    return 0

@@ -1,0 +1,189 @@
+"""Every number the book prints, computed from the cost model and named.
+
+Chapters glue these by id (``glue(id, figure(id))``); ``python -m stage5 figures`` prints them all and
+``--json`` prints ``{id: value}``. The anchor deployment is the source text's: Llama 3 70B in BF16 on
+H100 SXM GPUs, with an 8 GiB-per-GPU activation reserve.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import cache
+
+from stage5 import cost
+from stage5.hardware import GB, GiB, get_gpu
+from stage5.models import get_model
+
+
+@dataclass(frozen=True)
+class Figure:
+    id: str
+    value: float
+    unit: str
+    description: str
+
+
+_MAKERS: list[tuple[str, str, str, Callable[[], float]]] = []
+
+
+def _fig(fid: str, unit: str, description: str) -> Callable[[Callable[[], float]], Callable[[], float]]:
+    def register(fn: Callable[[], float]) -> Callable[[], float]:
+        _MAKERS.append((fid, unit, description, fn))
+        return fn
+    return register
+
+
+def _one() -> cost.Deployment:
+    return cost.Deployment.of("llama3-70b", "H100-SXM", 1)
+
+
+def _four(**kw: float) -> cost.Deployment:
+    return cost.Deployment.of("llama3-70b", "H100-SXM", 4, **kw)
+
+
+CONTEXTS = {"1k": 1024, "4k": 4096, "32k": 32768, "128k": 131072}
+WORKED_BATCH, WORKED_CONTEXT = 125, 4096  # the source text's worked example (module 2)
+
+# --------------------------------------------------------------------------------------- the model
+_fig("llama3_70b_params", "parameters", "Llama 3 70B parameter count from its config.json")(
+    lambda: get_model("llama3-70b").num_params)
+_fig("llama3_70b_weights_GB", "GB", "Llama 3 70B BF16 weights, decimal GB")(
+    lambda: get_model("llama3-70b").weight_bytes(2) / GB)
+_fig("llama3_70b_weights_GiB", "GiB", "Llama 3 70B BF16 weights, binary GiB")(
+    lambda: get_model("llama3-70b").weight_bytes(2) / GiB)
+_fig("llama3_70b_kv_bytes_per_token", "bytes", "KV cache per token, BF16: 2 x layers x kv_heads x head_dim x 2")(
+    lambda: get_model("llama3-70b").kv_bytes_per_token(2))
+_fig("llama3_70b_kv_KiB_per_token", "KiB", "KV cache per token, BF16, in KiB")(
+    lambda: get_model("llama3-70b").kv_bytes_per_token(2) / 1024)
+_fig("llama3_70b_gqa_ratio", "x", "query heads per KV head in Llama 3 70B (KV saving of GQA over MHA)")(
+    lambda: get_model("llama3-70b").gqa_ratio)
+
+# --------------------------------------------------------------------------------------- the hardware
+_fig("h100_bf16_TFLOPs", "TFLOP/s", "H100 SXM dense BF16 peak")(lambda: get_gpu("H100-SXM").flops_bf16 / 1e12)
+_fig("h100_bandwidth_TBs", "TB/s", "H100 SXM HBM3 bandwidth")(lambda: get_gpu("H100-SXM").bandwidth / 1e12)
+_fig("h100_ridge_flops_per_byte", "FLOP/byte", "H100 SXM ridge point, dense BF16")(
+    lambda: cost.ridge_point(get_gpu("H100-SXM")))
+_fig("batch1_fraction_of_ridge_pct", "%", "BF16 batch-1 decode intensity as a share of the H100 ridge")(
+    lambda: 100 * float(cost.decode_intensity(1)) / cost.ridge_point(get_gpu("H100-SXM")))
+
+# --------------------------------------------------------------------------------------- decode floors
+_fig("decode_floor_ms_1xH100", "ms", "batch-1 decode floor, Llama 3 70B BF16, one H100 (weights / bandwidth)")(
+    lambda: 1e3 * cost.decode_floor_s(_one()))
+_fig("decode_floor_ms_4xH100", "ms", "batch-1 decode floor on four H100s (perfect tensor-parallel scaling)")(
+    lambda: 1e3 * cost.decode_floor_s(_four()))
+
+# --------------------------------------------------------------------------------------- memory
+_fig("memory_GiB_4xH100", "GiB", "memory on four H100s")(lambda: _four().memory_bytes / GiB)
+_fig("reserve_GiB_4xH100", "GiB", "activation and workspace reserve on four H100s")(
+    lambda: _four().reserve_bytes / GiB)
+_fig("kv_budget_GiB_4xH100", "GiB", "KV budget on four H100s after weights and the reserve")(
+    lambda: cost.kv_budget_bytes(_four()) / GiB)
+for _label, _ctx in CONTEXTS.items():
+    _fig(f"kv_GiB_per_seq_{_label}", "GiB", f"KV cache of one {_ctx:,}-token sequence")(
+        lambda c=_ctx: float(cost.kv_bytes_per_sequence(_four(), c)) / GiB)
+    _fig(f"max_seqs_{_label}", "sequences", f"max concurrent {_ctx:,}-token sequences on 4xH100")(
+        lambda c=_ctx: int(cost.max_concurrency(_four(), c)))
+_fig("cost_ratio_128k_vs_1k", "x", "per-user cost at 128K context over 1K (ratio of max concurrency)")(
+    lambda: int(cost.max_concurrency(_four(), 1024)) / int(cost.max_concurrency(_four(), 131072)))
+
+# --------------------------------------------------------------------------------------- the worked example
+_fig("kv_traffic_GB_b125_s4096", "GB", "KV bytes read per decode step, batch 125 x 4,096 tokens (decimal GB)")(
+    lambda: float(cost.kv_traffic_bytes(_four(), WORKED_BATCH, WORKED_CONTEXT)) / GB)
+_fig("intensity_b125_s4096", "FLOP/byte", "decode intensity with KV traffic, batch 125 x 4,096 tokens")(
+    lambda: float(cost.decode_intensity_with_kv(_four(), WORKED_BATCH, WORKED_CONTEXT)))
+_fig("ridge_over_intensity_b125_s4096", "x", "how far below the ridge the worked example sits")(
+    lambda: cost.ridge_point(get_gpu("H100-SXM"))
+    / float(cost.decode_intensity_with_kv(_four(), WORKED_BATCH, WORKED_CONTEXT)))
+_fig("intensity_cap_s4096", "FLOP/byte", "intensity limit at 4,096 tokens as batch grows without bound")(
+    lambda: 2 * get_model("llama3-70b").active_params / (WORKED_CONTEXT * _four().kv_bytes_per_token))
+_fig("source_kv_traffic_GB_misquoted", "GB", "the KV traffic the source's quantization section quotes (erratum)")(
+    lambda: 180.0)
+
+# --------------------------------------------------------------------------------------- speculation
+_fig("spec_tokens_a07_k4", "tokens", "expected tokens per verification, alpha 0.7, k 4")(
+    lambda: float(cost.expected_tokens_per_verification(0.7, 4)))
+_fig("spec_speedup_a07_k4", "x", "batch-1 speculative speedup, alpha 0.7, k 4, draft 5% of target per token")(
+    lambda: float(cost.speculative_speedup(_one(), 1, 0, 0.7, 4, draft_cost=0.05)))
+
+
+@cache
+def all_figures() -> dict[str, Figure]:
+    """Every named figure, computed once per process."""
+    return {fid: Figure(fid, float(fn()), unit, desc) for fid, unit, desc, fn in _MAKERS}
+
+
+def figure(fid: str) -> float:
+    """The value of one named figure; unknown ids list close matches."""
+    from stage5.names import resolve
+    figs = all_figures()
+    return figs[resolve(fid, figs, "figure")].value
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m stage5 figures", description=__doc__.split("\n")[0])
+    parser.add_argument("--json", action="store_true", help="print {id: value} as JSON")
+    args = parser.parse_args(argv)
+    figs = all_figures()
+    if args.json:
+        print(json.dumps({f.id: f.value for f in figs.values()}, indent=1))
+        return 0
+    width = max(len(f) for f in figs)
+    for f in figs.values():
+        print(f"{f.id:<{width}}  {f.value:>16,.4g}  {f.unit:<10}  {f.description}")
+    return 0
+
+
+# ======================================================================================= book chapters 1-3
+# Added for the book's first three chapters (two phases, roofline, KV cache). Same anchor deployment.
+PROMPT, CHUNK, DECODE_BATCH = 4096, 256, 64  # the long prompt, the prefill chunk and the decode batch of ch. 1
+
+
+def _double_flops() -> cost.Deployment:
+    from dataclasses import replace
+    gpu = get_gpu("H100-SXM")
+    return cost.Deployment(get_model("llama3-70b"), replace(gpu, flops_bf16=2 * gpu.flops_bf16), 1)
+
+
+def _chunked_step_s(dep: cost.Deployment, batch: int, context: int, chunk: int) -> float:
+    from stage5.plots import mixed_step_s  # matplotlib is imported only inside the drawing helpers
+    return mixed_step_s(dep, batch, context, chunk)
+
+
+_fig("ttft_ms_4xH100_p4096", "ms", "prefill of one 4,096-token prompt on 4xH100 at the default MFU (TTFT, no queue)")(
+    lambda: 1e3 * float(cost.ttft_s(_four(), PROMPT)))
+_fig("prefill_intensity_p4096", "FLOP/byte", "prefill intensity of one 4,096-token prompt (weights + KV writes)")(
+    lambda: 2 * get_model("llama3-70b").active_params * PROMPT
+    / (float(cost.weight_bytes_read(_four(), PROMPT)) + PROMPT * _four().kv_bytes_per_token))
+_fig("decode_step_ms_b64_s4096", "ms", "decode step, batch 64 x 4,096-token contexts, 4xH100")(
+    lambda: 1e3 * float(cost.tpot_s(_four(), DECODE_BATCH, PROMPT)))
+_fig("stall_steps_b64_p4096", "steps", "decode steps' worth of time one unchunked 4,096-token prefill stalls the batch")(
+    lambda: float(cost.ttft_s(_four(), PROMPT)) / float(cost.tpot_s(_four(), DECODE_BATCH, PROMPT)))
+_fig("chunked_step_ms_b64_s4096_c256", "ms", "decode step of batch 64 carrying a 256-token prefill chunk, 4xH100")(
+    lambda: 1e3 * _chunked_step_s(_four(), DECODE_BATCH, PROMPT, CHUNK))
+_fig("chunked_ttft_ms_p4096_c256", "ms", "TTFT of the 4,096-token prompt prefilled in 256-token chunks beside batch 64")(
+    lambda: 1e3 * (PROMPT // CHUNK) * _chunked_step_s(_four(), DECODE_BATCH, PROMPT, CHUNK))
+_fig("decode_floor_ms_1xH100_double_flops", "ms", "batch-1 decode floor on a hypothetical H100 with twice the FLOP/s")(
+    lambda: 1e3 * cost.decode_floor_s(_double_flops()))
+_fig("prefill_speedup_double_flops", "x", "prefill (4,096 tokens, one GPU) speedup from doubling FLOP/s")(
+    lambda: float(cost.ttft_s(_one(), PROMPT)) / float(cost.ttft_s(_double_flops(), PROMPT)))
+_fig("kv_equals_weights_batch_s4096", "sequences", "batch at which KV reads equal weight reads, 4,096-token contexts")(
+    lambda: _four().weight_total_bytes / (WORKED_CONTEXT * _four().kv_bytes_per_token))
+_fig("llama3_70b_kv_KiB_per_token_mha", "KiB", "KV per token if Llama 3 70B had one KV head per query head (MHA)")(
+    lambda: get_model("llama3-70b").kv_bytes_per_token(2) * get_model("llama3-70b").gqa_ratio / 1024)
+_fig("max_seqs_4k_mha", "sequences", "max concurrent 4,096-token sequences on 4xH100 without GQA (MHA)")(
+    lambda: int(cost.max_concurrency(cost.Deployment(_mha(), get_gpu("H100-SXM"), 4), 4096)))
+_fig("max_seqs_4k_fp8_kv", "sequences", "max concurrent 4,096-token sequences on 4xH100 with an FP8 KV cache")(
+    lambda: int(cost.max_concurrency(_four(kv_bytes=1.0), 4096)))
+_fig("max_seqs_128k_fp8_kv", "sequences", "max concurrent 131,072-token sequences on 4xH100 with an FP8 KV cache")(
+    lambda: int(cost.max_concurrency(_four(kv_bytes=1.0), 131072)))
+_fig("window_saving_128k_w4k", "x", "KV saving of a 4,096-token sliding window on a 131,072-token sequence")(
+    lambda: float(cost.kv_bytes_per_sequence(_four(), 131072) / cost.kv_bytes_per_sequence(_four(), 4096)))
+
+
+def _mha():
+    from dataclasses import replace
+    m = get_model("llama3-70b")
+    return replace(m, name="llama3-70b-mha", num_kv_heads=m.num_heads)

@@ -1,0 +1,108 @@
+"""Accelerators: dense peak FLOP/s, memory bandwidth and memory, each from its public datasheet.
+
+Units: FLOP/s and bytes/s are plain SI (1 TB/s = 1e12 bytes/s). Memory capacity is stored in bytes and
+counted in binary GiB, because DRAM stacks are built in powers of two and the "80GB" on an H100
+datasheet is 80 GiB of HBM3 (nvidia-smi shows 81,559 MiB). FLOP/s are the *dense* figures; datasheets
+headline the 2:4-sparsity rate, which is twice these.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from stage5.names import resolve
+
+GiB = 2**30
+GB = 10**9
+TB = 10**12
+TFLOP = 10**12
+
+
+@dataclass(frozen=True)
+class Hardware:
+    """One accelerator (or this machine, measured).
+
+    Attributes:
+        name: registry name.
+        flops_bf16: dense 16-bit tensor FLOP/s (the rate BF16 weights and activations run at).
+        flops_fp8: dense FP8 FLOP/s, or ``None`` where the chip has no FP8 matmul (FP8 weights are then
+            upcast and run at the 16-bit rate: they save bytes, not FLOPs).
+        bandwidth: memory bandwidth, bytes/s.
+        memory_bytes: memory per device, bytes.
+        source: where the figures come from.
+    """
+
+    name: str
+    flops_bf16: float
+    flops_fp8: float | None
+    bandwidth: float
+    memory_bytes: float
+    source: str
+
+    @property
+    def memory_GiB(self) -> float:
+        return self.memory_bytes / GiB
+
+    @property
+    def ridge(self) -> float:
+        """Ridge point in FLOPs per byte: above it a kernel is compute-bound, below it bandwidth-bound."""
+        return self.flops_bf16 / self.bandwidth
+
+    def flops(self, bytes_per_param: float = 2.0) -> float:
+        """Peak FLOP/s for matmuls whose weights are stored at ``bytes_per_param`` (FP8 rate only at 1 byte)."""
+        if bytes_per_param <= 1.0 and self.flops_fp8:
+            return self.flops_fp8
+        return self.flops_bf16
+
+
+def _gpu(name: str, bf16_tflops: float, fp8_tflops: float | None, tb_per_s: float, mem_gib: float,
+         source: str) -> Hardware:
+    return Hardware(name, bf16_tflops * TFLOP, fp8_tflops * TFLOP if fp8_tflops else None,
+                    tb_per_s * TB, mem_gib * GiB, source)
+
+
+GPUS: dict[str, Hardware] = {g.name: g for g in (
+    # NVIDIA H100 Tensor Core GPU datasheet (SXM column): BF16 1,979 TFLOPS and FP8 3,958 TFLOPS "with
+    # sparsity", so 989.5 and 1,979 dense; 3.35 TB/s HBM3; 80GB. https://www.nvidia.com/en-us/data-center/h100/
+    _gpu("H100-SXM", 989.5, 1979.0, 3.35, 80, "NVIDIA H100 datasheet, SXM"),
+    # Same datasheet, PCIe column: BF16 1,513 / FP8 3,026 TFLOPS with sparsity; 2 TB/s; 80GB.
+    _gpu("H100-PCIe", 756.5, 1513.0, 2.0, 80, "NVIDIA H100 datasheet, PCIe"),
+    # NVIDIA H200 datasheet (SXM): the H100's tensor cores with 141GB HBM3e at 4.8 TB/s.
+    # https://www.nvidia.com/en-us/data-center/h200/
+    _gpu("H200", 989.5, 1979.0, 4.8, 141, "NVIDIA H200 datasheet, SXM"),
+    # NVIDIA A100 datasheet: BF16 312 TFLOPS dense (624 sparse); no FP8; 40GB HBM2 at 1,555 GB/s (SXM).
+    # https://www.nvidia.com/en-us/data-center/a100/
+    _gpu("A100-40GB", 312.0, None, 1.555, 40, "NVIDIA A100 datasheet, 40GB SXM"),
+    # Same datasheet: 80GB HBM2e at 2,039 GB/s (SXM).
+    _gpu("A100-80GB", 312.0, None, 2.039, 80, "NVIDIA A100 datasheet, 80GB SXM"),
+    # NVIDIA HGX B200 datasheet, per GPU: BF16 2.25 PFLOPS dense (4.5 sparse), FP8 4.5 dense (9 sparse);
+    # 180GB HBM3e at 7.7 TB/s. https://www.nvidia.com/en-us/data-center/hgx/
+    _gpu("B200", 2250.0, 4500.0, 7.7, 180, "NVIDIA HGX B200 datasheet, per GPU"),
+    # NVIDIA L40S datasheet: BF16 362.05 / FP8 733 TFLOPS dense (733 / 1,466 with sparsity); 48GB GDDR6 at
+    # 864 GB/s. https://www.nvidia.com/en-us/data-center/l40s/
+    _gpu("L40S", 362.05, 733.0, 0.864, 48, "NVIDIA L40S datasheet"),
+    # NVIDIA L4 datasheet: BF16 242 / FP8 485 TFLOPS with sparsity, so 121 / 242.5 dense; 24GB GDDR6 at
+    # 300 GB/s. https://www.nvidia.com/en-us/data-center/l4/
+    _gpu("L4", 121.0, 242.5, 0.300, 24, "NVIDIA L4 datasheet"),
+    # AMD Instinct MI300X data sheet: BF16 1,307.4 / FP8 2,614.9 TFLOPS dense; 192GB HBM3 at 5.3 TB/s.
+    # https://www.amd.com/en/products/accelerators/instinct/mi300/mi300x.html
+    _gpu("MI300X", 1307.4, 2614.9, 5.3, 192, "AMD Instinct MI300X data sheet"),
+    # NVIDIA Ada Lovelace architecture whitepaper, appendix A (GeForce RTX 4090): BF16 with FP32 accumulate
+    # 165.2 TFLOPS dense, FP8 330.3 dense; 24GB GDDR6X at 1,008 GB/s.
+    _gpu("RTX-4090", 165.2, 330.3, 1.008, 24, "NVIDIA Ada Lovelace whitepaper, RTX 4090"),
+)}
+
+_ALIASES = {"H100": "H100-SXM", "H100 SXM5": "H100-SXM", "A100": "A100-80GB", "4090": "RTX-4090",
+            "RTX 4090": "RTX-4090", "MI300": "MI300X", "H200-SXM": "H200"}
+
+
+def gpu_names() -> list[str]:
+    """Names of the accelerators in the registry."""
+    return list(GPUS)
+
+
+def get_gpu(name: str | Hardware) -> Hardware:
+    """Look an accelerator up by name (``"H100"`` means the SXM part); unknown names list close matches."""
+    if isinstance(name, Hardware):
+        return name
+    return GPUS[resolve(name, GPUS, "GPU", _ALIASES)]

@@ -1,0 +1,210 @@
+"""The cost model against every figure the source text states, plus properties that must hold for any input."""
+
+import time
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from stage5 import cost
+from stage5.figures import all_figures, figure
+from stage5.hardware import GiB, get_gpu
+from stage5.models import get_model
+
+# The source text's values (modules 1-3 and 7). Each is compared with a tolerance that matches how the source
+# rounds it; the derived value, not the source's, is what the book prints.
+SOURCE = {
+    "llama3_70b_weights_GB": (141, 0.005),
+    "llama3_70b_weights_GiB": (131.4, 0.001),
+    "h100_ridge_flops_per_byte": (295, 0.005),
+    "decode_floor_ms_1xH100": (42, 0.01),
+    "decode_floor_ms_4xH100": (10.5, 0.01),
+    "llama3_70b_kv_bytes_per_token": (327_680, 0),
+    "kv_budget_GiB_4xH100": (157, 0.005),
+    "max_seqs_1k": (501, 0),
+    "max_seqs_4k": (125, 0),
+    "max_seqs_32k": (15, 0),
+    "max_seqs_128k": (3, 0),
+    "kv_traffic_GB_b125_s4096": (168, 0.005),
+    "spec_tokens_a07_k4": (2.8, 0.02),
+    "spec_speedup_a07_k4": (2.3, 0.01),
+    "cost_ratio_128k_vs_1k": (170, 0.02),
+}
+
+
+@pytest.mark.parametrize("fid", sorted(SOURCE))
+def test_figure_reproduces_the_source(fid):
+    expected, rel = SOURCE[fid]
+    assert figure(fid) == pytest.approx(expected, rel=rel, abs=0 if rel else 0.5)
+
+
+def test_worked_example_is_more_than_five_times_below_the_ridge():
+    assert figure("h100_ridge_flops_per_byte") / figure("intensity_b125_s4096") > 5
+
+
+def test_kv_traffic_exceeds_weight_traffic_in_the_worked_example():
+    assert figure("kv_traffic_GB_b125_s4096") > figure("llama3_70b_weights_GB")
+
+
+def test_the_source_misquote_is_not_what_the_model_derives():
+    # Erratum: the quantization section's 180 GB contradicts the worked example's own arithmetic.
+    assert abs(figure("kv_traffic_GB_b125_s4096") - figure("source_kv_traffic_GB_misquoted")) > 10
+
+
+def test_decode_intensity_in_bf16_equals_the_batch():
+    b = np.array([1, 7, 64, 295])
+    np.testing.assert_array_equal(cost.decode_intensity(b, 2.0), b)
+    np.testing.assert_array_equal(cost.decode_intensity(b, 1.0), 2 * b)
+
+
+def test_doubling_flops_leaves_batch1_decode_unchanged():
+    h100 = get_gpu("H100")
+    faster = type(h100)("H100x2", 2 * h100.flops_bf16, 2 * h100.flops_fp8, h100.bandwidth, h100.memory_bytes, "test")
+    m = get_model("llama3-8b")
+    assert cost.decode_floor_s(cost.Deployment(m, faster)) == cost.decode_floor_s(cost.Deployment(m, h100))
+
+
+def test_decode_step_returns_both_terms_and_the_bound():
+    d = cost.Deployment.of("llama3-8b", "H100")
+    step = cost.decode_step(d, np.array([1, 2048]), 0)
+    assert step.bound.tolist() == ["memory", "compute"]
+    np.testing.assert_allclose(step.time_s, np.maximum(step.memory_s, step.compute_s))
+
+
+def test_prefill_is_compute_bound_and_decode_is_not():
+    d = cost.Deployment.of("llama3-8b", "H100")
+    assert cost.prefill_step(d, 2048).bound == "compute"
+    assert cost.decode_step(d, 1, 2048).bound == "memory"
+
+
+def test_prefix_hit_shortens_ttft_but_still_computes_a_token():
+    d = cost.Deployment.of("llama3-8b", "H100")
+    full, half, all_cached = cost.ttft_s(d, 2000, [0.0, 0.5, 1.0])
+    assert full > half > all_cached > 0
+
+
+def test_max_concurrency_uses_binary_units_and_the_reserve():
+    d = cost.Deployment.of("llama3-70b", "H100", 4)
+    budget = 4 * 80 * GiB - get_model("llama3-70b").weight_bytes(2) - 32 * GiB
+    assert cost.kv_budget_bytes(d) == pytest.approx(budget)
+    assert int(cost.max_concurrency(d, 4096)) == int(budget // (4096 * 327_680))
+
+
+def test_kv_quantization_doubles_concurrency_and_weight_quantization_frees_memory():
+    bf16 = cost.Deployment.of("llama3-70b", "H100", 4)
+    kv8 = cost.Deployment.of("llama3-70b", "H100", 4, kv_bytes=1.0)
+    w8 = cost.Deployment.of("llama3-70b", "H100", 4, weight_bytes=1.0)
+    assert int(cost.max_concurrency(kv8, 4096)) in (2 * 125, 2 * 125 + 1)
+    assert cost.max_concurrency(w8, 4096) > cost.max_concurrency(bf16, 4096)
+
+
+def test_cost_per_token_falls_with_batch_and_scales_with_price():
+    d = cost.Deployment.of("llama3-8b", "H100")
+    c = cost.cost_per_million_tokens(d, np.array([1, 8, 64]), 1024)
+    assert np.all(np.diff(c) < 0)
+    assert cost.cost_per_million_tokens(d, 8, 1024, 6.0) == pytest.approx(2 * c[1])
+
+
+def test_expected_tokens_limits():
+    assert cost.expected_tokens_per_verification(0.0, 4) == 1.0
+    assert cost.expected_tokens_per_verification(1.0, 4) == 5.0
+
+
+def test_moe_reads_fewer_bytes_at_batch_one_than_it_holds():
+    d = cost.Deployment.of("mixtral-8x7b", "H100", 2)
+    one, many = cost.weight_bytes_read(d, np.array([1, 512]))
+    assert one < d.weight_total_bytes * 0.4
+    assert many == pytest.approx(d.weight_total_bytes, rel=1e-6)
+
+
+# ----------------------------------------------------------------------------------------- bad input
+def test_weights_that_do_not_fit_say_by_how_much():
+    d = cost.Deployment.of("llama3-70b", "H100", 1)
+    with pytest.raises(cost.InfeasibleDeployment, match=r"exceed memory 80.0 GiB by 59.4 GiB"):
+        cost.max_concurrency(d, 4096)
+
+
+@pytest.mark.parametrize("kw", [{"batch": 0}, {"batch": -3}, {"context": -1}, {"batch": np.nan}])
+def test_non_positive_batch_or_context_is_rejected(kw):
+    d = cost.Deployment.of("llama3-8b", "H100")
+    args = {"batch": 1, "context": 10} | kw
+    with pytest.raises(ValueError, match="must be"):
+        cost.decode_step(d, **args)
+
+
+def test_bad_deployment_fields_are_rejected():
+    with pytest.raises(ValueError, match="num_gpus"):
+        cost.Deployment.of("llama3-8b", "H100", 0)
+    with pytest.raises(ValueError, match="mfu"):
+        cost.Deployment.of("llama3-8b", "H100", mfu=1.5)
+
+
+# ----------------------------------------------------------------------------------------- properties
+models = st.sampled_from(["llama3-8b", "llama3-70b", "qwen2.5-72b", "mixtral-8x7b", "llama3.2-1b"])
+gpus = st.sampled_from(["H100", "H200", "A100-80GB", "B200", "L40S", "MI300X"])
+batches = st.integers(1, 4096)
+contexts = st.integers(0, 131072)
+
+
+@settings(max_examples=200, deadline=None)
+@given(models, gpus, batches, contexts, st.integers(1, 2000))
+def test_decode_time_never_falls_as_batch_grows(model, gpu, batch, context, extra):
+    d = cost.Deployment.of(model, gpu, 8)
+    t = cost.decode_step(d, np.array([batch, batch + extra]), context).time_s
+    assert t[1] >= t[0]
+
+
+@settings(max_examples=200, deadline=None)
+@given(models, st.integers(1, 131072))
+def test_intensity_with_kv_rises_with_batch_and_saturates_below_its_cap(model, context):
+    d = cost.Deployment.of(model, "H100", 8)
+    b = 2.0 ** np.arange(0, 24)
+    i = cost.decode_intensity_with_kv(d, b, context)
+    gains = i[1:] / i[:-1]  # what each doubling of the batch buys
+    assert np.all(gains >= 1 - 1e-12) and np.all(gains <= 2 + 1e-12)
+    if d.model.num_experts == 1:  # MoE reads more experts as the batch grows, so its gains are not monotone
+        assert np.all(np.diff(gains) <= 1e-12)  # each doubling buys less than the one before: saturation
+    cap = 2 * d.model.active_params / (context * d.kv_bytes_per_token)
+    assert np.all(i < cap)
+
+
+@settings(max_examples=100, deadline=None)
+@given(gpus, st.floats(0.5, 0.95), st.integers(1, 8), st.integers(0, 512))
+def test_speculative_speedup_falls_with_batch_and_crosses_one(gpu, alpha, k, context):
+    d = cost.Deployment.of("llama3-8b", gpu, 1)
+    b = 2.0 ** np.arange(0, 15)
+    s = cost.speculative_speedup(d, b, context, alpha, k)
+    assert np.all(np.diff(s) <= 1e-9)
+    assert s[0] > 1 > s[-1]
+
+
+@settings(max_examples=200, deadline=None)
+@given(models, gpus, batches, contexts)
+def test_halving_weight_bytes_never_more_than_doubles_throughput(model, gpu, batch, context):
+    bf16 = cost.Deployment.of(model, gpu, 8, weight_bytes=2.0)
+    fp8 = cost.Deployment.of(model, gpu, 8, weight_bytes=1.0)
+    ratio = cost.decode_throughput(fp8, batch, context) / cost.decode_throughput(bf16, batch, context)
+    # Bytes halve (at most 2x); where compute binds, the gain is the datasheet's FP8/BF16 ratio, which is 2 only
+    # to the datasheet's rounding (L40S prints 733 against 362.05).
+    limit = max(2.0, bf16.gpu.flops(1.0) / bf16.gpu.flops(2.0))
+    assert 1.0 <= ratio <= limit * (1 + 1e-12)
+
+
+def test_a_sweep_of_100k_deployments_takes_under_100_ms():
+    d = cost.Deployment.of("llama3-70b", "H100", 4)
+    rng = np.random.default_rng(0)
+    b = rng.integers(1, 512, 100_000)
+    s = rng.integers(1, 131072, 100_000)
+    cost.cost_per_million_tokens(d, b[:10], s[:10])  # warm up
+    t0 = time.perf_counter()
+    cost.cost_per_million_tokens(d, b, s)
+    cost.speculative_speedup(d, b, s, 0.7, 4)
+    assert time.perf_counter() - t0 < 0.1
+
+
+def test_figures_are_all_finite_and_named():
+    figs = all_figures()
+    assert len(figs) >= 20
+    for f in figs.values():
+        assert np.isfinite(f.value) and f.unit and f.description
