@@ -187,3 +187,56 @@ def _mha():
     from dataclasses import replace
     m = get_model("llama3-70b")
     return replace(m, name="llama3-70b-mha", num_kv_heads=m.num_heads)
+
+
+# ======================================================================================= book chapters 8-10
+# Quantization, the levers, the simulator. Same anchor deployment; helpers imported lazily.
+def _q(weights: str = "bf16", kv: str = "bf16") -> cost.Deployment:
+    from stage5.quantization import deployment
+    return deployment("llama3-70b", "H100-SXM", 4, weights, kv)
+
+
+def _qgain(case: str, prompt: int, output: int, weights: str = "fp8") -> float:
+    from stage5.quantization import end_to_end_gain
+    return float(end_to_end_gain("llama3-70b", "H100-SXM", 4, prompt, output, QUANT_BATCH, weights, case))
+
+
+QUANT_BATCH = 64  # the batch at which chapter 8 compares formats
+MIXES = {"chat": (1024, 256), "rag": (4096, 256), "gen": (256, 2048)}  # (prompt, output) tokens
+
+_fig("fp8_weights_GB", "GB", "Llama 3 70B weights in FP8, decimal GB")(lambda: _q("fp8").weight_total_bytes / GB)
+_fig("int4_weights_GB", "GB", "Llama 3 70B weights in INT4, decimal GB")(lambda: _q("int4").weight_total_bytes / GB)
+_fig("fp8_decode_floor_ms_4xH100", "ms", "batch-1 decode floor on 4xH100 with FP8 weights")(
+    lambda: 1e3 * cost.decode_floor_s(_q("fp8")))
+_fig("int4_decode_floor_ms_4xH100", "ms", "batch-1 decode floor on 4xH100 with INT4 (W4A16) weights")(
+    lambda: 1e3 * cost.decode_floor_s(_q("int4")))
+_fig("fp8_intensity_b1", "FLOP/byte", "batch-1 decode intensity with 1-byte weights (2B / bytes per parameter)")(
+    lambda: float(cost.decode_intensity(1, 1.0)))
+_fig("fp8_w_decode_gain_b125_s4096", "x", "decode-step speedup, FP8 weights only, batch 125 x 4,096 tokens")(
+    lambda: float(cost.tpot_s(_q(), WORKED_BATCH, WORKED_CONTEXT) / cost.tpot_s(_q("fp8"), WORKED_BATCH,
+                                                                                WORKED_CONTEXT)))
+_fig("fp8_wkv_decode_gain_b125_s4096", "x", "decode-step speedup, FP8 weights and KV, batch 125 x 4,096 tokens")(
+    lambda: float(cost.tpot_s(_q(), WORKED_BATCH, WORKED_CONTEXT) / cost.tpot_s(_q("fp8", "fp8"), WORKED_BATCH,
+                                                                                WORKED_CONTEXT)))
+_fig("max_seqs_4k_fp8_w_kv", "sequences", "max concurrent 4,096-token sequences on 4xH100, FP8 weights and KV")(
+    lambda: int(cost.max_concurrency(_q("fp8", "fp8"), 4096)))
+for _mix, (_p, _o) in MIXES.items():
+    for _case, _tag in (("weights", "w"), ("weights+kv", "wkv"), ("weights+kv+batch", "batch")):
+        _fig(f"fp8_gain_{_tag}_{_mix}", "x",
+             f"end-to-end FP8 gain ({_case}), {_p:,}-token prompt, {_o:,}-token output, batch {QUANT_BATCH}")(
+            lambda c=_case, p=_p, o=_o: _qgain(c, p, o))
+
+
+def _ranking() -> dict[str, float]:
+    from stage5.levers import lever_ranking
+    return lever_ranking()
+
+
+for _lever in ("batching", "routing", "quantization", "kernels"):
+    _fig(f"lever_gain_{_lever}", "x", f"cost-per-token gain of {_lever} (order of magnitude), 70B on 4xH100")(
+        lambda name=_lever: _ranking()[name])
+_fig("routing_cost_ratio_8b_70b", "x", "decode cost per token, Llama 3 8B on 1 H100 over 70B on 4, both at max batch")(
+    lambda: __import__("stage5.routing", fromlist=["cost_ratio"]).cost_ratio(
+        "llama3-70b", "H100-SXM", 4, "llama3-8b", "H100-SXM", 1, 1024, 256))
+_fig("spec_speedup_b256_s1280", "x", "speculative speedup (alpha 0.7, k 4) at batch 256, 1,280-token contexts, 4xH100")(
+    lambda: float(cost.speculative_speedup(_four(), 256, 1280, 0.7, 4)))

@@ -1,0 +1,149 @@
+"""Plotting helpers for the book: every curve is computed from :mod:`stage5.cost`, nothing is typed in.
+
+Each helper draws on a matplotlib ``Axes`` it is given (or a new one) and returns it, so a chapter keeps
+control of layout. Units are on the axis labels.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from stage5 import cost
+from stage5.hardware import GiB, Hardware
+
+
+def _axes(ax=None):
+    if ax is None:
+        import matplotlib.pyplot as plt
+        _, ax = plt.subplots(figsize=(7, 4))
+    return ax
+
+
+def mixed_step_s(dep: cost.Deployment, batch: int, context: int, chunk: int) -> float:
+    """One step that decodes ``batch`` sequences and prefills ``chunk`` prompt tokens beside them.
+
+    The weights are read once for both jobs; the arithmetic adds up. (A sketch of chunked prefill, as in
+    Sarathi-Serve; attention FLOPs are left out like everywhere in the cost model.)
+    """
+    dec = cost.decode_step(dep, batch, context)
+    if chunk <= 0:
+        return float(dec.time_s)
+    pre = cost.prefill_step(dep, chunk)
+    mem = dec.memory_s + chunk * dep.kv_bytes_per_token / dep.bandwidth
+    return float(max(mem, dec.compute_s + pre.compute_s))
+
+
+def stall_schedule(dep: cost.Deployment, batch: int, context: int, prompt: int, chunk: int | None,
+                   arrival_s: float, horizon_s: float) -> tuple[np.ndarray, float]:
+    """Times (s) at which one sequence of the decode batch emits tokens, and the new prompt's TTFT (s).
+
+    A prompt of ``prompt`` tokens arrives at ``arrival_s``. ``chunk=None``: it is prefilled in one pass
+    that stops decode; otherwise it is split into ``chunk``-token pieces carried by the decode steps.
+    """
+    t, emitted, remaining, first = 0.0, [], prompt, float("nan")
+    while t < horizon_s:
+        if t >= arrival_s and remaining > 0:
+            if chunk is None:
+                t += float(cost.prefill_step(dep, prompt).time_s)
+                remaining, first = 0, t - arrival_s
+                continue
+            piece = min(chunk, remaining)
+            t += mixed_step_s(dep, batch, context, piece)
+            remaining -= piece
+            if remaining == 0:
+                first = t - arrival_s
+        else:
+            t += mixed_step_s(dep, batch, context, 0)
+        emitted.append(t)
+    return np.array(emitted), first
+
+
+def stall_timeline(dep: cost.Deployment, batch: int, context: int, prompt: int, chunk: int,
+                   arrival_s: float = 0.1, horizon_s: float = 0.6, ax=None):
+    """Tokens emitted by one decode sequence against time: no arrival, an unchunked and a chunked prefill."""
+    ax = _axes(ax)
+    cases = [("no new prompt", None, np.inf, "0.6", "-"),
+             (f"{prompt:,}-token prefill in one pass", None, arrival_s, "C3", "-"),
+             (f"same prompt in {chunk}-token chunks", chunk, arrival_s, "C0", "--")]
+    for label, ch, arr, colour, style in cases:
+        times, ttft = stall_schedule(dep, batch, context, prompt, ch, arr, horizon_s)
+        counts = np.arange(1, len(times) + 1)
+        ax.step(1e3 * np.r_[0, times], np.r_[0, counts], where="post", color=colour, ls=style, label=label)
+        if np.isfinite(ttft):
+            ax.axvline(1e3 * (arr + ttft), color=colour, ls=":", lw=1)
+    ax.axvline(1e3 * arrival_s, color="k", lw=0.8)
+    ax.annotate("prompt arrives", (1e3 * arrival_s, 0.95), xycoords=("data", "axes fraction"),
+                ha="right", va="top", fontsize=8, rotation=90)
+    ax.set_xlabel("time (ms)")
+    ax.set_ylabel("tokens emitted by one running sequence")
+    ax.set_xlim(0, 1e3 * horizon_s)
+    ax.legend(loc="upper left", fontsize=8, title="dotted: new prompt's first token", title_fontsize=8)
+    return ax
+
+
+def roofline(hw: Hardware, batches: Sequence[int] = (1, 8, 64, 125, 512), dep: cost.Deployment | None = None,
+             context: int | None = None, bytes_per_param: float = 2.0, ax=None):
+    """Attainable FLOP/s against arithmetic intensity for ``hw``, with decode at ``batches`` marked.
+
+    Circles: weights only (intensity = 2B / bytes per parameter). With ``dep`` and ``context``, squares add
+    the KV reads of ``context``-token sequences (:func:`stage5.cost.decode_intensity_with_kv`).
+    """
+    ax = _axes(ax)
+    peak = hw.flops(bytes_per_param)
+    ridge = peak / hw.bandwidth
+    x = np.logspace(-1, np.log10(max(ridge, max(batches)) * 10), 400)
+    ax.loglog(x, np.minimum(peak, x * hw.bandwidth) / 1e12, color="k", lw=1.5)
+    ax.axvline(ridge, color="0.5", ls=":", lw=1)
+    ax.annotate(f"ridge {ridge:,.0f} FLOP/byte", (ridge, peak / 1e12), textcoords="offset points",
+                xytext=(4, -14), fontsize=8)
+    b = np.asarray(batches, dtype=float)
+    weights_only = cost.decode_intensity(b, bytes_per_param)
+    ax.scatter(weights_only, np.minimum(peak, weights_only * hw.bandwidth) / 1e12, color="C0", zorder=3,
+               label="decode, weights only")
+    for bi, xi in zip(batches, weights_only, strict=True):
+        ax.annotate(f"B={bi}", (xi, min(peak, xi * hw.bandwidth) / 1e12), textcoords="offset points",
+                    xytext=(-6, 6), fontsize=8, ha="right")
+    if dep is not None and context is not None:
+        with_kv = cost.decode_intensity_with_kv(dep, b, context)
+        ax.scatter(with_kv, np.minimum(peak, with_kv * hw.bandwidth) / 1e12, marker="s", color="C3", zorder=3,
+                   label=f"decode with KV reads, {context:,}-token contexts")
+    ax.set_xlabel("arithmetic intensity (FLOP per byte read)")
+    ax.set_ylabel("attainable TFLOP/s")
+    ax.set_title(hw.name, fontsize=10)
+    ax.legend(loc="lower right", fontsize=8)
+    return ax
+
+
+def intensity_vs_batch(dep: cost.Deployment, contexts: Sequence[int], max_batch: int = 1024, ax=None):
+    """Decode intensity against batch: the weights-only line and one saturating curve per context length."""
+    ax = _axes(ax)
+    b = np.arange(1, max_batch + 1)
+    ax.loglog(b, cost.decode_intensity(b, dep.weight_bytes), color="k", lw=1, label="weights only (= B in BF16)")
+    for s in contexts:
+        ax.loglog(b, cost.decode_intensity_with_kv(dep, b, s), label=f"with KV, {s:,}-token contexts")
+    ridge = cost.ridge_point(dep.gpu, dep.weight_bytes)
+    ax.axhline(ridge, color="0.5", ls=":", lw=1)
+    ax.annotate(f"{dep.gpu.name} ridge", (1, ridge), textcoords="offset points", xytext=(2, 3), fontsize=8)
+    ax.set_xlabel("batch size (sequences)")
+    ax.set_ylabel("decode intensity (FLOP per byte read)")
+    ax.legend(fontsize=8, loc="upper left")
+    return ax
+
+
+def concurrency_vs_context(deployments: Sequence[cost.Deployment], contexts: np.ndarray | None = None, ax=None):
+    """Most sequences whose KV cache fits at once, against context length, one line per deployment."""
+    ax = _axes(ax)
+    s = np.unique(np.logspace(9, 17, 200, base=2).astype(int)) if contexts is None else np.asarray(contexts)
+    for dep in deployments:
+        n = cost.max_concurrency(dep, s)
+        weights = dep.weight_total_bytes / GiB
+        label = f"{dep.model.name} on {dep.num_gpus}x{dep.gpu.name} ({weights:,.0f} GiB weights)"
+        ax.loglog(s, np.where(n > 0, n, np.nan), label=label)
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("context length per sequence (tokens)")
+    ax.set_ylabel("max concurrent sequences")
+    ax.grid(True, which="major", alpha=0.3)
+    ax.legend(fontsize=8)
+    return ax

@@ -1,0 +1,248 @@
+"""The rendered book: it builds cleanly, its chapters follow the chapter pattern, and every page works in a
+real browser.
+
+The book is built once per test session, from the working tree into a temporary folder (so `_build/` is
+never touched and nothing depends on an earlier `make book`). The browser tests drive the system Chromium
+(/usr/bin/chromium) through Python Playwright and skip, saying why, when either is missing.
+"""
+
+from __future__ import annotations
+
+import functools
+import http.server
+import json
+import re
+import shutil
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+BOOK = ROOT / "book"
+CHAPTERS = ["01_two_phases", "02_roofline", "03_kv_cache"]
+PAGES = ["intro", *CHAPTERS, "glossary", "errata", "references"]
+CHROMIUM = Path("/usr/bin/chromium")
+CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                  "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+SEED_TOOL = ROOT.parent / "shared" / "tools" / "seed_overlap.py"
+# Log lines the kernel prints during execution that are not Sphinx warnings.
+HARMLESS = ("running over TCP without encryption", "NbParserConfig")
+
+
+def _config() -> dict:
+    return yaml.safe_load((ROOT / "_config.yml").read_text())
+
+
+def _notebook(name: str) -> dict:
+    return json.loads((BOOK / f"{name}.ipynb").read_text())
+
+
+@pytest.fixture(scope="session")
+def built_book(tmp_path_factory) -> tuple[Path, str]:
+    """Build the book once, clean, executing every chapter; return (html folder, build log)."""
+    out = tmp_path_factory.mktemp("book")
+    jb = Path(sys.executable).with_name("jupyter-book")
+    cmd = [str(jb) if jb.exists() else "jupyter-book", "build", str(ROOT), "--path-output", str(out),
+           "--warningiserror", "--keep-going"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=ROOT)
+    log = proc.stdout + proc.stderr
+    assert proc.returncode == 0, f"jupyter-book build failed:\n{log[-6000:]}"
+    return out / "_build" / "html", log
+
+
+# ------------------------------------------------------------------------------------------- the build
+def test_book_builds_without_warnings(built_book):
+    html, log = built_book
+    warnings = [line for line in log.splitlines()
+                if re.search(r"\bWARNING\b|\bERROR\b", line) and not any(h in line for h in HARMLESS)]
+    assert not warnings, "\n".join(warnings)
+    for page in PAGES:
+        assert (html / "book" / f"{page}.html").is_file(), f"{page}.html was not built"
+
+
+def test_glue_resolved_everywhere(built_book):
+    html, _ = built_book
+    for page in PAGES:
+        text = (html / "book" / f"{page}.html").read_text()
+        assert "{glue" not in text and "pending_glue" not in text.lower(), f"unresolved glue in {page}"
+
+
+# ------------------------------------------------------------------------------------------- the sources
+@pytest.mark.parametrize("name", CHAPTERS)
+def test_chapter_stored_without_outputs(name):
+    for cell in _notebook(name)["cells"]:
+        if cell["cell_type"] == "code":
+            assert cell["outputs"] == [] and cell["execution_count"] is None, f"{name}: outputs are stored"
+
+
+@pytest.mark.parametrize("name", CHAPTERS)
+def test_first_code_cell_installs_stage5_from_the_configured_repository(name):
+    code = [c for c in _notebook(name)["cells"] if c["cell_type"] == "code"]
+    first = "".join(code[0]["source"])
+    assert 'find_spec("stage5") is None' in first, "the setup cell must install stage5 only when missing"
+    assert f'REPO = "{_config()["repository"]["url"]}"' in first, (
+        "the setup cell's repository URL must equal repository.url in _config.yml")
+
+
+@pytest.mark.parametrize("name", CHAPTERS)
+def test_chapter_pattern(name):
+    cells = _notebook(name)["cells"]
+    md = "\n".join("".join(c["source"]) for c in cells if c["cell_type"] == "markdown")
+    code = "\n".join("".join(c["source"]) for c in cells if c["cell_type"] == "code")
+    assert "What you will be able to do" in md
+    assert "{glue:text}" in md and "glue(" in code, "numbers in the prose must be glued"
+    assert "from stage5.plots import" in code, "at least one figure drawn from the cost model"
+    predictions = [m.start() for m in re.finditer(r"Commit to a prediction", md)]
+    assert predictions, "at least one commit-to-a-prediction block"
+    for start in predictions:  # each prediction is followed by a reveal
+        assert ":::{dropdown} Reveal" in md[start:], "a prediction block without a reveal after it"
+    assert "## Check yourself" in md and ":::{dropdown} Answer" in md
+    assert "exercises/ex01/ex01.ipynb" in md, "pointer to the exercise that practises the chapter"
+
+
+# Digits allowed in prose outside maths and glue: chapter and exercise numbers, names such as "Llama 3",
+# "H100", "FP8", "BF16", "1K"/"4K"/"128K", and citation keys.
+_ALLOWED = re.compile(
+    r"chapters? \d+( (to|and) \d+)?|ex0\d|Llama 3(\.\d)?( \d+B)?|\b\d+B\b|[A-Z]+\d+[A-Za-z0-9-]*|\b\d+K\b"
+    r"|\*\*\d+\.\*\*|[Bb]atch[- ]1\b|float32|8 bits|8-bit|2:4|0\d_\w+|\{cite\}`[^`]*`|`[^`]*`")
+
+
+@pytest.mark.parametrize("name", CHAPTERS)
+def test_no_hand_typed_numbers_in_prose(name):
+    for cell in _notebook(name)["cells"]:
+        if cell["cell_type"] != "markdown":
+            continue
+        text = "".join(cell["source"])
+        text = re.sub(r"\$\$.*?\$\$|\$[^$]*\$", " ", text, flags=re.S)  # maths
+        text = re.sub(r"\{glue:text\}`[^`]*`", " ", text)
+        text = _ALLOWED.sub(" ", text)
+        stray = re.findall(r"\d[\d,.]*", text)
+        assert not stray, f"{name}: hand-typed numbers in prose {stray}: glue them from stage5"
+
+
+def test_bibliography_has_the_required_papers():
+    bib = (ROOT / "references.bib").read_text()
+    for key in ["yu2022orca", "kwon2023pagedattention", "leviathan2023speculative", "kurtic2024bf16",
+                "agrawal2024sarathi", "zhong2024distserve", "patel2024splitwise"]:
+        assert f"{{{key}," in bib, key
+
+
+def test_launch_buttons_come_from_one_repository_url():
+    cfg = _config()
+    assert cfg["repository"]["url"].startswith("https://github.com/")
+    buttons = cfg["launch_buttons"]
+    for key in ("colab_url", "binderhub_url", "jupyterhub_url"):
+        assert buttons.get(key), key
+    assert cfg["execute"]["execute_notebooks"] == "cache" and cfg["execute"]["timeout"] > 0
+
+
+def test_no_passage_repeats_the_source_text():
+    if not SEED_TOOL.exists():
+        pytest.skip(f"{SEED_TOOL} not found: the source text lives outside this repository")
+    proc = subprocess.run([sys.executable, str(SEED_TOOL), "book", "stage5"],
+                          capture_output=True, text=True, cwd=ROOT, timeout=120)
+    last = proc.stdout.strip().splitlines()[-1]
+    count = int(re.findall(r"\d+", last)[0])
+    assert count == 0, proc.stdout[-4000:]
+
+
+# ------------------------------------------------------------------------------------------- in a browser
+def _chromium_or_skip():
+    if not CHROMIUM.exists():
+        pytest.skip(f"no system Chromium at {CHROMIUM} (apt-get install -y chromium); browser checks skipped")
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        pytest.skip("the playwright Python package is not installed; browser checks skipped")
+    return sync_playwright
+
+
+class _Quiet(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture(scope="session")
+def browser_report(built_book, tmp_path_factory):
+    """Open every page in Chromium once; return what each page showed."""
+    sync_playwright = _chromium_or_skip()
+    html, _ = built_book
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(_Quiet, directory=str(html)))
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    base = f"http://127.0.0.1:{server.server_address[1]}"
+    profile = tmp_path_factory.mktemp("chromium-profile")
+    report = {}
+    try:
+        with sync_playwright() as p:
+            ctx = p.chromium.launch_persistent_context(
+                str(profile), executable_path=str(CHROMIUM), args=CHROMIUM_FLAGS, headless=True)
+            # Only the local server is reachable: CDN requests (MathJax, require.js) are refused up front.
+            ctx.route(re.compile(r"^(?!http://127\.0\.0\.1).*"), lambda route: route.abort())
+            for page_name in PAGES:
+                page = ctx.new_page()
+                bad, errors = [], []
+                page.on("response", lambda r, bad=bad: bad.append(f"{r.status} {r.url}")
+                        if r.url.startswith(base) and r.status >= 400 else None)
+                page.on("requestfailed", lambda r, bad=bad: bad.append(f"failed {r.url}")
+                        if r.url.startswith(base) else None)
+                page.on("pageerror", lambda e, errors=errors: errors.append(str(e)))
+                page.goto(f"{base}/book/{page_name}.html", wait_until="load")
+                images = page.eval_on_selector_all(
+                    "img", "els => els.map(e => [e.getAttribute('src'), e.complete && e.naturalWidth > 0])")
+                colab = page.eval_on_selector_all(
+                    "a[href*='colab.research.google.com']", "els => els.map(e => e.href)")
+                outputs = page.eval_on_selector_all(
+                    ".cell_output .output.error, .cell_output .output.traceback, .cell_output .output.stderr,"
+                    " .cell_output .stderr", "els => els.map(e => e.innerText.slice(0, 300))")
+                report[page_name] = {
+                    "bad_requests": bad, "images": images, "colab": colab, "error_outputs": outputs,
+                    "text": page.inner_text("main") if page.query_selector("main") else page.inner_text("body"),
+                    "page_errors": [e for e in errors if "THEBE_JS_URL" not in e],
+                }
+                page.close()
+            ctx.close()
+    finally:
+        server.shutdown()
+    return report
+
+
+@pytest.mark.parametrize("page_name", PAGES)
+def test_page_has_no_missing_local_asset(browser_report, page_name):
+    assert browser_report[page_name]["bad_requests"] == []
+
+
+@pytest.mark.parametrize("page_name", PAGES)
+def test_every_figure_loads(browser_report, page_name):
+    broken = [src for src, ok in browser_report[page_name]["images"] if not ok and src]
+    assert not broken, f"images that did not load: {broken}"
+    if page_name in CHAPTERS:
+        figures = [src for src, _ in browser_report[page_name]["images"] if src and "_images/" in src]
+        assert figures, f"{page_name} shows no figure"
+
+
+@pytest.mark.parametrize("page_name", PAGES)
+def test_no_error_output(browser_report, page_name):
+    r = browser_report[page_name]
+    assert r["error_outputs"] == [], r["error_outputs"]
+    assert "Traceback (most recent call last)" not in r["text"]
+    assert r["page_errors"] == [], r["page_errors"]
+
+
+@pytest.mark.parametrize("name", CHAPTERS)
+def test_colab_button_points_at_the_chapter_notebook(browser_report, name):
+    cfg = _config()
+    owner_repo = cfg["repository"]["url"].removeprefix("https://github.com/").rstrip("/")
+    branch = cfg["repository"].get("branch", "main")
+    expected = f"{cfg['launch_buttons']['colab_url']}/github/{owner_repo}/blob/{branch}/book/{name}.ipynb"
+    assert expected in browser_report[name]["colab"], browser_report[name]["colab"]
+
+
+def test_chromium_available_or_reason_given():
+    """Not a check of the book: records in the test report why browser checks would skip."""
+    if not CHROMIUM.exists():
+        pytest.skip(f"no system Chromium at {CHROMIUM}")
+    assert shutil.which(str(CHROMIUM))
