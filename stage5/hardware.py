@@ -49,8 +49,12 @@ class Hardware:
         return self.flops_bf16 / self.bandwidth
 
     def flops(self, bytes_per_param: float = 2.0) -> float:
-        """Peak FLOP/s for matmuls whose weights are stored at ``bytes_per_param`` (FP8 rate only at 1 byte)."""
-        if bytes_per_param <= 1.0 and self.flops_fp8:
+        """Peak FLOP/s for matmuls whose weights are stored at ``bytes_per_param``.
+
+        Only 8-bit weights (1 byte, W8A8) get the FP8/INT8 tensor-core rate. 4-bit weights (0.5 byte) are
+        weight-only formats (W4A16): kernels dequantize to 16 bits and multiply at the BF16 rate.
+        """
+        if bytes_per_param == 1.0 and self.flops_fp8:
             return self.flops_fp8
         return self.flops_bf16
 

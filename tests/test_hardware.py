@@ -71,3 +71,9 @@ def test_bandwidth_measure_counts_read_and_write():
 
 def test_matmul_measure_grows_with_size_class():
     assert measure_matmul_flops(n=256, seconds=0.3) > measure_matmul_flops(n=8, seconds=0.3)
+
+
+def test_int4_weights_multiply_at_the_16_bit_rate():
+    h100 = get_gpu("H100")
+    assert h100.flops(1.0) == h100.flops_fp8
+    assert h100.flops(0.5) == h100.flops_bf16

@@ -1,0 +1,130 @@
+"""The course's nbgrader configuration, in one place, plus two small preprocessors it needs.
+
+``make_config(work_dir)`` returns the traitlets ``Config`` used by ``grader/grade.py``, the tests and (through
+the repository-root ``nbgrader_config.py``) the ``nbgrader`` command line:
+
+* source notebooks in ``solutions/<assignment>/``, the release in ``exercises/<assignment>/`` (committed);
+* submitted, autograded and feedback folders, the sqlite gradebook and the exchange under ``work_dir``
+  (``grader/`` by default; git-ignored);
+* a per-cell execution timeout, restored test cells, outputs capped in size, and feedback that shows neither
+  hidden tests nor the tracebacks of test cells.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+from pathlib import Path
+
+from nbconvert.preprocessors import ClearMetadataPreprocessor, CSSHTMLHeaderPreprocessor, Preprocessor
+from nbgrader.preprocessors import (
+    AssignLatePenalties,
+    CheckCellMetadata,
+    ClearHiddenTests,
+    GetGrades,
+    IgnorePattern,
+    LimitOutput,
+    SaveAutoGrades,
+)
+from nbgrader.preprocessors.execute import Execute
+from traitlets import Integer
+from traitlets.config import Config
+
+# nbgrader runs the `alembic` command when it creates a gradebook; find it next to this Python even when the
+# virtual environment is not activated (make grade, pytest).
+if shutil.which("alembic") is None:
+    os.environ["PATH"] = os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", "")
+
+REPO = Path(__file__).resolve().parent.parent
+COURSE_ID = "stage5-inference"
+SOURCE_DIR = "solutions"
+RELEASE_DIR = "exercises"
+# Seconds one cell may run before it is interrupted (an infinite loop then costs this much, once per cell).
+CELL_TIMEOUT_S = int(os.environ.get("STAGE5_CELL_TIMEOUT", "10"))
+MAX_OUTPUT_CHARS = 20_000  # per output, after execution; a learner printing megabytes keeps the first part
+
+
+def _is_test_cell(cell) -> bool:
+    meta = cell.get("metadata", {}).get("nbgrader", {})
+    return bool(meta.get("grade")) and not meta.get("solution")
+
+
+class StripTestTracebacks(Preprocessor):
+    """Replace the traceback of an error in a test cell by its last line (``AssertionError: message``).
+
+    An IPython traceback quotes the source lines around the failure, which in a hidden test would show the
+    hidden code; the message our checks raise is written to be safe to show.
+    """
+
+    enabled = True
+
+    def preprocess_cell(self, cell, resources, index):
+        if cell.cell_type == "code" and _is_test_cell(cell):
+            for out in cell.get("outputs", []):
+                if out.get("output_type") == "error":
+                    out["traceback"] = [f"{out.get('ename', 'Error')}: {out.get('evalue', '')}"]
+        return cell, resources
+
+
+class TruncateOutput(Preprocessor):
+    """Cap every text output at ``max_chars`` characters (LimitOutput counts lines, not characters)."""
+
+    enabled = True
+    max_chars = Integer(MAX_OUTPUT_CHARS).tag(config=True)
+
+    def _cut(self, text):
+        if isinstance(text, list):
+            text = "".join(text)
+        if len(text) > self.max_chars:
+            return text[: self.max_chars] + f"\n... output truncated ({len(text):,} characters) ...\n"
+        return text
+
+    def preprocess_cell(self, cell, resources, index):
+        if cell.cell_type != "code":
+            return cell, resources
+        for out in cell.get("outputs", []):
+            if out.get("output_type") == "stream":
+                out["text"] = self._cut(out.get("text", ""))
+            elif out.get("output_type") in ("execute_result", "display_data"):
+                data = out.get("data", {})
+                for mime in list(data):
+                    if mime.startswith("text/") or mime == "application/json":
+                        data[mime] = self._cut(data[mime]) if isinstance(data[mime], (str, list)) else data[mime]
+                    elif isinstance(data[mime], str) and len(data[mime]) > 50 * self.max_chars:
+                        data.pop(mime)  # a multi-megabyte image or blob: drop it
+            elif out.get("output_type") == "error":
+                out["evalue"] = self._cut(out.get("evalue", ""))
+        return cell, resources
+
+
+def make_config(work_dir: str | Path | None = None, root: str | Path = REPO,
+                cell_timeout_s: int = CELL_TIMEOUT_S) -> Config:
+    """nbgrader settings for the course, with the working state (submissions, gradebook) under ``work_dir``."""
+    root = Path(root).resolve()
+    work = Path(work_dir).resolve() if work_dir else root / "grader"
+    c = Config()
+    c.CourseDirectory.root = str(root)
+    c.CourseDirectory.course_id = COURSE_ID
+    c.CourseDirectory.source_directory = SOURCE_DIR
+    c.CourseDirectory.release_directory = RELEASE_DIR
+    c.CourseDirectory.submitted_directory = str(work / "submitted")
+    c.CourseDirectory.autograded_directory = str(work / "autograded")
+    c.CourseDirectory.feedback_directory = str(work / "feedback")
+    c.CourseDirectory.db_url = f"sqlite:///{work / 'gradebook.db'}"
+    c.Exchange.root = str(work / "exchange")
+    c.Execute.timeout = cell_timeout_s
+    c.Execute.interrupt_on_timeout = True
+    c.OverwriteCells.add_missing_cells = True
+    c.LimitOutput.max_lines = 200
+    c.LimitOutput.max_traceback = 40
+    # nbgrader's default chain with outputs capped in size right after execution (the instructor still sees
+    # full tracebacks in the autograded notebook; only the learner's feedback strips them)
+    c.Autograde.autograde_preprocessors = [Execute, LimitOutput, TruncateOutput, IgnorePattern,
+                                           ClearMetadataPreprocessor, SaveAutoGrades, AssignLatePenalties,
+                                           CheckCellMetadata]
+    c.GenerateFeedback.preprocessors = [GetGrades, ClearHiddenTests, StripTestTracebacks, TruncateOutput,
+                                        CSSHTMLHeaderPreprocessor]
+    c.ClearHiddenTests.enforce_metadata = True
+    return c
+

@@ -1,0 +1,219 @@
+"""Helpers for the hidden tests of the course exercises (imported by test cells at grading time).
+
+Two ideas, kept general so every exercise can reuse them:
+
+* :func:`check_close` compares a learner's number with the value ``stage5`` computes and, when they differ,
+  raises an ``AssertionError`` whose message names the check and guesses the misconception from the ratio
+  (or from a list of known wrong answers) -- and never contains the expected number itself.
+* :func:`unavailable` temporarily replaces named ``stage5`` functions (and methods) with stubs that raise, so
+  a learner's function that merely forwards to the course's own answer fails instead of passing.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import math
+import sys
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from typing import Any
+
+GB_PER_GiB = 2**30 / 10**9  # 1.0737...: a GiB is about 7% larger than a GB
+
+#: Ratios (learner / expected) worth naming in any numeric check about bytes or time.
+UNIT_MISCONCEPTIONS: dict[float, str] = {
+    GB_PER_GiB: "about 7% too large: did you mix decimal GB (1e9 bytes) and binary GiB (2**30 bytes)?",
+    1 / GB_PER_GiB: "about 7% too small: did you mix decimal GB (1e9 bytes) and binary GiB (2**30 bytes)?",
+    1e3: "1000x too large: check the unit asked for (ms vs s, or kB vs bytes)",
+    1e-3: "1000x too small: check the unit asked for (ms vs s, or kB vs bytes)",
+    1e6: "a million times too large: check the unit asked for",
+    1e-6: "a million times too small: check the unit asked for",
+    8.0: "8x too large: did you count bits instead of bytes?",
+}
+
+
+class GradingError(AssertionError):
+    """A failed hidden check: the message is safe to show a learner."""
+
+
+def _as_number(name: str, got: Any) -> float:
+    if isinstance(got, bool):
+        raise GradingError(f"{name}: expected a number, got a bool ({got!r})")
+    try:
+        value = float(got)
+    except (TypeError, ValueError):
+        raise GradingError(f"{name}: expected a number, got {type(got).__name__}") from None
+    if not math.isfinite(value):
+        raise GradingError(f"{name}: expected a finite number, got {value!r}")
+    return value
+
+
+def _close(a: float, b: float, rel_tol: float, abs_tol: float) -> bool:
+    return math.isclose(a, b, rel_tol=rel_tol, abs_tol=abs_tol)
+
+
+def diagnose(got: float, expected: float, rel_tol: float = 0.02,
+             misconceptions: Mapping[float, str] | None = None,
+             wrong_answers: Iterable[tuple[float, str]] = ()) -> str:
+    """A learner-safe description of how ``got`` differs from ``expected`` (without stating ``expected``).
+
+    Known wrong answers are tried first (exact alternatives computed under a misconception), then the ratio
+    ``got / expected`` against ``misconceptions`` (course-specific first, then unit slips); otherwise only the
+    direction and a rough size of the error are given.
+    """
+    hints = []
+    for value, hint in wrong_answers:
+        if _close(got, float(value), rel_tol, 0.0) and hint not in hints:
+            hints.append(hint)
+    if hints:
+        return "; or ".join(hints)
+    if expected == 0:
+        return "should be zero" if got != 0 else ""
+    ratio = got / expected
+    table = dict(UNIT_MISCONCEPTIONS)
+    table.update(misconceptions or {})
+    # course-specific hints first, unit slips after; several may share a ratio
+    ordered = list((misconceptions or {}).items()) + [kv for kv in table.items()
+                                                      if kv[0] not in (misconceptions or {})]
+    for r, hint in ordered:
+        if r > 0 and _close(ratio, r, rel_tol, 0.0) and hint not in hints:
+            hints.append(hint)
+    if hints:
+        return "; or ".join(hints)
+    if ratio <= 0:
+        return "has the wrong sign" if ratio < 0 else "is zero"
+    direction = "too large" if ratio > 1 else "too small"
+    size = abs(math.log10(ratio))
+    if size >= 1:
+        return f"{direction} by roughly {10 ** round(size):,}x: check units and which quantities you used"
+    if size >= math.log10(1.5):
+        return f"{direction} by a large factor (under 10x): re-check the formula"
+    return f"{direction} (off by more than {rel_tol:.0%}): re-check the inputs and unit conversions"
+
+
+def check_close(name: str, got: Any, expected: float, rel_tol: float = 0.02, abs_tol: float = 0.0,
+                misconceptions: Mapping[float, str] | None = None,
+                wrong_answers: Iterable[tuple[float, str]] = ()) -> None:
+    """Pass when ``got`` is within ``rel_tol`` (or ``abs_tol``) of ``expected``; else raise :class:`GradingError`.
+
+    ``misconceptions`` maps a ratio got/expected to a hint ("about 8x too large: query heads instead of
+    key-value heads?"); ``wrong_answers`` lists (value, hint) pairs computed under a misconception. The
+    message names the check and the hint, never the expected value.
+    """
+    value = _as_number(name, got)
+    expected = float(expected)
+    if _close(value, expected, rel_tol, abs_tol):
+        return
+    raise GradingError(f"{name}: {diagnose(value, expected, rel_tol, misconceptions, wrong_answers)}")
+
+
+# ------------------------------------------------------------------------------------ making answers unavailable
+class UnavailableError(GradingError):
+    """Raised by a stage5 function that a learner's code may not call during a check."""
+
+
+def _resolve(target: str) -> tuple[Any, str]:
+    """'pkg.mod.func' or 'pkg.mod.Class.attr' -> (owner object, attribute name)."""
+    parts = target.split(".")
+    for cut in range(len(parts) - 1, 0, -1):
+        try:
+            owner: Any = importlib.import_module(".".join(parts[:cut]))
+        except ImportError:
+            continue
+        for attr in parts[cut:-1]:
+            owner = getattr(owner, attr)
+        return owner, parts[-1]
+    raise ValueError(f"cannot resolve {target!r}")
+
+
+def _stub(target: str, original: Any) -> Any:
+    def blocked(*args: Any, **kwargs: Any) -> Any:
+        raise UnavailableError(f"your code called {target}, which computes this answer for you; "
+                               "work it out from the config's fields instead")
+    if isinstance(original, property):
+        return property(blocked)
+    return blocked
+
+
+@contextlib.contextmanager
+def unavailable(*targets: str, namespaces: Iterable[dict[str, Any]] = ()) -> Iterator[None]:
+    """Make the named functions, methods and properties raise :class:`UnavailableError` inside the block.
+
+    Besides the defining module or class, every loaded module's global of the same object (``from stage5.cost
+    import max_concurrency``) and each dict in ``namespaces`` (default: the notebook's ``__main__``) is patched,
+    and everything is restored on exit.
+    """
+    saved: list[tuple[Any, str, Any, bool]] = []  # (owner, name, original, is_dict)
+    spaces = list(namespaces)
+    main = sys.modules.get("__main__")
+    if main is not None:
+        spaces.append(vars(main))
+    try:
+        for target in targets:
+            owner, name = _resolve(target)
+            original = owner.__dict__[name] if isinstance(owner, type) else getattr(owner, name)
+            stub = _stub(target, original)
+            saved.append((owner, name, original, False))
+            setattr(owner, name, stub)
+            if isinstance(owner, type):
+                continue
+            for module in list(sys.modules.values()):
+                space = getattr(module, "__dict__", None)
+                if space is not None and module is not owner:
+                    spaces.append(space)
+            for space in spaces:
+                for key, value in list(space.items()):
+                    if value is original:
+                        saved.append((space, key, original, True))
+                        space[key] = stub
+        yield
+    finally:
+        for owner, name, original, is_dict in reversed(saved):
+            if is_dict:
+                owner[name] = original
+            else:
+                setattr(owner, name, original)
+
+
+def call_learner(name: str, func: Callable[..., Any], *args: Any, blocked: Iterable[str] = (), **kwargs: Any) -> Any:
+    """Call a learner's function with ``blocked`` stage5 functions unavailable; turn any crash into a short,
+    learner-safe failure that names the check (no traceback of the hidden test)."""
+    if not callable(func):
+        raise GradingError(f"{name}: expected a function, got {type(func).__name__}")
+    with unavailable(*blocked):
+        try:
+            return func(*args, **kwargs)
+        except UnavailableError as err:
+            raise GradingError(f"{name}: {err}") from None
+        except NotImplementedError:
+            raise GradingError(f"{name}: the function is not written yet (it raises NotImplementedError)") from None
+        except Exception as err:  # noqa: BLE001 - any learner crash becomes a graded failure
+            raise GradingError(f"{name}: your function raised {type(err).__name__}: {err}") from None
+
+
+# ------------------------------------------------------------------------------------ reusable hint tables
+def _add(hints: dict[float, str], ratio: float, text: str) -> None:
+    for r in hints:
+        if math.isclose(r, ratio, rel_tol=1e-9):
+            hints[r] = f"{hints[r]}; or {text}"
+            return
+    hints[ratio] = text
+
+
+def kv_misconceptions(config: Any) -> dict[float, str]:
+    """Ratio hints for a KV-cache size of ``config`` (a :class:`stage5.models.ModelConfig`): query heads
+    instead of key-value heads, the missing factor 2 for K and V, FP32 bytes, hidden_size/num_heads in place
+    of head_dim, a forgotten layer count."""
+    hints: dict[float, str] = {}
+    _add(hints, 0.5, "half the right size: did you forget the factor 2 for keys and values?")
+    _add(hints, 2.0, "twice the right size: did you count 4 bytes per element (FP32) instead of the stated width?")
+    if config.num_heads != config.num_kv_heads:
+        g = config.num_heads / config.num_kv_heads
+        _add(hints, g, f"about {g:g}x too large: did you use query heads (num_heads) instead of key-value heads "
+                       "(num_kv_heads)?")
+    per_head = config.hidden_size / config.num_heads
+    if not math.isclose(per_head, config.head_dim):
+        _add(hints, per_head / config.head_dim,
+             "the per-head width is off: use config.head_dim rather than hidden_size / num_heads")
+    _add(hints, 1 / config.num_layers, "far too small: did you forget to multiply by the number of layers?")
+    return hints

@@ -1,0 +1,132 @@
+"""Quantization in the cost model: number formats, and what each of three ways of using them gains end to end.
+
+A format sets two things: the bytes each weight (or each cached key/value element) occupies, and whether the
+matrix multiplications may run at the chip's low-precision rate. Weight-only formats (W8A16, W4A16) keep the
+activations in 16 bits, so their matmuls run at the BF16 rate: they save bytes, not FLOPs. W8A8 formats (FP8,
+INT8) quantize the activations too, and on a chip with FP8 tensor cores the cost model grants them its FP8
+rate at the same MFU (an estimate that flatters them: low-precision kernels rarely reach the same MFU).
+
+The three cases this module separates (``CASES``):
+
+``"weights"``
+    weights quantized, KV cache left in BF16, same batch;
+``"weights+kv"``
+    weights and KV cache both quantized, same batch;
+``"weights+kv+batch"``
+    as the second, and the memory this frees spent on the largest batch that now fits.
+
+Gains are ratios of :func:`stage5.cost.request_gpu_seconds` (prefill plus the request's share of decode), so
+they are throughput ratios of the whole deployment. The cost model has no scheduling or sampling overhead;
+such fixed costs would not shrink with the bytes, so every gain here is an upper bound.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from stage5 import cost
+from stage5.hardware import Hardware, get_gpu
+from stage5.models import ModelConfig, get_model
+
+
+@dataclass(frozen=True)
+class WeightFormat:
+    """A weight format: bytes per parameter and whether the matmuls run at the low-precision rate."""
+
+    key: str
+    label: str
+    bytes: float
+    low_precision_matmul: bool
+
+
+WEIGHT_FORMATS: dict[str, WeightFormat] = {f.key: f for f in (
+    WeightFormat("bf16", "BF16", 2.0, False),
+    WeightFormat("fp8", "FP8 (W8A8-FP)", 1.0, True),
+    WeightFormat("int8", "INT8 (W8A8-INT)", 1.0, True),
+    WeightFormat("w8a16", "8-bit weights only (W8A16)", 1.0, False),
+    WeightFormat("int4", "INT4 weights only (W4A16)", 0.5, False),
+)}
+
+KV_FORMATS: dict[str, float] = {"bf16": 2.0, "fp8": 1.0, "int8": 1.0}
+
+CASES = ("weights", "weights+kv", "weights+kv+batch")
+
+# The study's findings, quoted with its citation key (Kurtic et al., arXiv:2411.02355). Not computed.
+STUDY = "kurtic2024bf16"
+STUDY_FINDINGS: dict[str, str] = {
+    "fp8": "effectively lossless across model scales",
+    "int8": "well-tuned INT8 loses 1-3% accuracy",
+    "int4": "competitive with the 8-bit formats (weights only, activations stay 16-bit)",
+}
+
+
+def weight_format(key: str) -> WeightFormat:
+    try:
+        return WEIGHT_FORMATS[key.lower()]
+    except KeyError:
+        raise ValueError(f"unknown weight format {key!r}; accepted: {', '.join(WEIGHT_FORMATS)}") from None
+
+
+def kv_format(key: str) -> float:
+    try:
+        return KV_FORMATS[key.lower()]
+    except KeyError:
+        raise ValueError(f"unknown KV format {key!r}; accepted: {', '.join(KV_FORMATS)}") from None
+
+
+def gpu_for(gpu: str | Hardware, weights: str) -> Hardware:
+    """The accelerator as the format sees it: weight-only formats lose the low-precision matmul rate.
+
+    (:meth:`Hardware.flops` grants the FP8 rate to every 1-byte width; a W8A16 kernel dequantizes to BF16
+    and multiplies at the BF16 rate, so that rate is removed here.)
+    """
+    hw = get_gpu(gpu)
+    return hw if weight_format(weights).low_precision_matmul else replace(hw, flops_fp8=None)
+
+
+def deployment(model: str | ModelConfig, gpu: str | Hardware, num_gpus: int = 1, weights: str = "bf16",
+               kv: str = "bf16", **kw: float) -> cost.Deployment:
+    """A :class:`stage5.cost.Deployment` with the weight and KV formats named as strings."""
+    fmt = weight_format(weights)
+    return cost.Deployment(get_model(model), gpu_for(gpu, weights), num_gpus, weight_bytes=fmt.bytes,
+                           kv_bytes=kv_format(kv), **kw)
+
+
+def case_deployments(model: str | ModelConfig, gpu: str | Hardware, num_gpus: int, weights: str = "fp8",
+                     case: str = "weights", kv: str = "fp8") -> tuple[cost.Deployment, cost.Deployment]:
+    """(BF16 baseline, quantized deployment) for one of :data:`CASES`; ``kv`` is used by the last two."""
+    if case not in CASES:
+        raise ValueError(f"unknown case {case!r}; accepted: {', '.join(CASES)}")
+    base = deployment(model, gpu, num_gpus)
+    new = deployment(model, gpu, num_gpus, weights, "bf16" if case == "weights" else kv)
+    return base, new
+
+
+def end_to_end_gain(model: str | ModelConfig, gpu: str | Hardware, num_gpus: int, prompt: cost.ArrayLike,
+                    output: cost.ArrayLike, batch: cost.ArrayLike, weights: str = "fp8", case: str = "weights",
+                    kv: str = "fp8") -> np.ndarray:
+    """Throughput gain of a quantized deployment over BF16, per request, prefill included.
+
+    ``prompt``, ``output`` and ``batch`` broadcast. In the batch case the quantized deployment runs the
+    largest batch whose KV cache fits at the full sequence length (prompt + output), or ``batch`` if larger.
+    Where ``batch`` does not fit the BF16 baseline the result is NaN.
+    """
+    base, new = case_deployments(model, gpu, num_gpus, weights, case, kv)
+    p, o, b = np.broadcast_arrays(*(np.asarray(x, dtype=float) for x in (prompt, output, batch)))
+    seq = p + o
+    fits = b <= cost.max_concurrency(base, seq)
+    b_new = np.maximum(b, cost.max_concurrency(new, seq)) if case == "weights+kv+batch" else b
+    gain = cost.request_gpu_seconds(base, p, o, b) / cost.request_gpu_seconds(new, p, o, b_new)
+    return np.where(fits, gain, np.nan)
+
+
+def decode_step_gain(model: str | ModelConfig, gpu: str | Hardware, num_gpus: int, batch: cost.ArrayLike,
+                     context: cost.ArrayLike, weights: str = "fp8", case: str = "weights",
+                     kv: str = "fp8") -> np.ndarray:
+    """Decode-step speedup alone (no prefill), at the same batch: the mechanism without the dilution."""
+    if case == "weights+kv+batch":
+        raise ValueError("decode_step_gain compares steps at the same batch; use end_to_end_gain for that case")
+    base, new = case_deployments(model, gpu, num_gpus, weights, case, kv)
+    return cost.tpot_s(base, batch, context) / cost.tpot_s(new, batch, context)

@@ -1,0 +1,274 @@
+"""The deployment simulator: a pure function over the cost model, and a thin ipywidgets layer on top.
+
+:func:`simulate` maps :class:`SimInputs` to :class:`SimOutputs` in a few milliseconds and never raises for a
+bad deployment: it returns ``ok=False`` and the reason. :class:`Simulator` wires widgets to it; it can be
+built and driven without a display (the tests do), and its prediction box records a guess before the
+learner reveals the value and reports the error.
+
+What it assumes, each of which flatters its numbers: perfect batching with no queueing, perfect
+tensor-parallel scaling, a fixed MFU, no scheduling or sampling overhead. What it leaves out: arrival
+variance and queueing, preemption, chunked-prefill interleaving, MoE routing imbalance, and the draft
+model's own KV cache and weights under speculative decoding.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import math
+import time
+from dataclasses import asdict, dataclass, field, replace
+
+from stage5 import cost, levers
+from stage5.hardware import gpu_names
+from stage5.models import ModelConfig, get_model, model_names
+from stage5.quantization import KV_FORMATS, WEIGHT_FORMATS, deployment
+
+PASTED = "(pasted config.json)"
+
+
+@dataclass(frozen=True)
+class SimInputs:
+    """Everything the learner can set. ``k = 0`` turns speculation off; ``prefix_hit`` is the fraction of each
+    prompt found in the prefix cache. ``model == PASTED`` reads the model from ``config_json``."""
+
+    model: str = "llama3-70b"
+    config_json: str = ""
+    gpu: str = "H100-SXM"
+    num_gpus: int = 4
+    weights: str = "bf16"
+    kv: str = "bf16"
+    prompt: int = 1024
+    output: int = 256
+    concurrency: int = 64
+    alpha: float = 0.7
+    k: int = 0
+    prefix_hit: float = 0.0
+    price_per_gpu_hour: float = cost.DEFAULT_PRICE_PER_GPU_HOUR
+    objective: str = "cost"
+
+
+@dataclass(frozen=True)
+class SimOutputs:
+    """The simulator's answer. Times in ms, throughput in output tokens/s for the whole deployment, cost in
+    dollars per million output tokens (prefill time included). NaN fields when ``ok`` is False."""
+
+    ok: bool
+    error: str = ""
+    model: str = ""
+    ttft_ms: float = math.nan
+    tpot_ms: float = math.nan
+    throughput: float = math.nan
+    usd_per_million: float = math.nan
+    binding: str = ""
+    max_concurrency: int = 0
+    intensity: float = math.nan
+    ridge: float = math.nan
+    decode_bound: str = ""
+    phase: str = ""
+    prefill_share: float = math.nan
+    spec_speedup: float = 1.0
+    gains: dict[str, float] = field(default_factory=dict)
+    best_lever: str = ""
+    elapsed_ms: float = 0.0
+
+
+def resolve_model(inputs: SimInputs) -> ModelConfig:
+    if inputs.model == PASTED:
+        try:
+            cfg = json.loads(inputs.config_json)
+        except json.JSONDecodeError as err:
+            raise ValueError(f"the pasted config.json is not valid JSON: {err}") from None
+        return ModelConfig.from_hf_config(cfg, name=str(cfg.get("_name_or_path") or "pasted model"))
+    return get_model(inputs.model)
+
+
+def simulate(inputs: SimInputs) -> SimOutputs:
+    """Evaluate one deployment; an impossible one comes back with ``ok=False`` and the reason."""
+    t0 = time.perf_counter()
+    try:
+        out = _simulate(inputs)
+    except (ValueError, TypeError, KeyError) as err:  # InfeasibleDeployment is a ValueError
+        out = SimOutputs(ok=False, error=str(err))
+    return replace(out, elapsed_ms=1e3 * (time.perf_counter() - t0))
+
+
+def _simulate(x: SimInputs) -> SimOutputs:
+    model = resolve_model(x)
+    dep = deployment(model, x.gpu, int(x.num_gpus), x.weights, x.kv)
+    p, o, c = int(x.prompt), int(x.output), int(x.concurrency)
+    ctx = p + o / 2
+    diag = levers.diagnose_reference(model, x.gpu, int(x.num_gpus), p, o, c, x.objective, weights=x.weights,
+                                     kv=x.kv, prefix_hit=x.prefix_hit, alpha=x.alpha, k=int(x.k),
+                                     price_per_gpu_hour=x.price_per_gpu_hour)
+    speed = float(cost.speculative_speedup(dep, c, ctx, x.alpha, x.k)) if x.k > 0 else 1.0
+    pre, dec = levers.request_seconds(dep, p, o, c, x.prefix_hit, speed)
+    binding = "KV memory capacity" if c == diag.max_concurrency else (
+        "compute" if diag.decode_bound == "compute" else "memory bandwidth")
+    return SimOutputs(
+        ok=True, model=model.name,
+        ttft_ms=1e3 * float(cost.ttft_s(dep, p, x.prefix_hit)),
+        tpot_ms=1e3 * float(cost.tpot_s(dep, c, ctx)) / speed,
+        throughput=o / (pre + dec),
+        usd_per_million=levers.dollars_per_million(dep, p, o, c, x.prefix_hit, speed, x.price_per_gpu_hour),
+        binding=binding, max_concurrency=diag.max_concurrency,
+        intensity=float(cost.decode_intensity_with_kv(dep, c, ctx)),
+        ridge=cost.ridge_point(dep.gpu, dep.weight_bytes),
+        decode_bound=diag.decode_bound, phase=diag.phase, prefill_share=diag.prefill_share,
+        spec_speedup=speed, gains=dict(diag.gains), best_lever=diag.best_lever)
+
+
+# ------------------------------------------------------------------------------------------ rendering
+PREDICTABLE = {"TTFT (ms)": "ttft_ms", "TPOT (ms)": "tpot_ms", "throughput (output tokens/s)": "throughput",
+               "$ per million output tokens": "usd_per_million", "max concurrency": "max_concurrency"}
+LEVER_LABELS = {"batching": "batching (up to the memory / 50 ms TPOT limit)", "prefix_caching": "prefix caching",
+                "quantization": "FP8 weights + FP8 KV", "speculative": "speculative decoding"}
+
+
+def to_html(out: SimOutputs, inputs: SimInputs | None = None) -> str:
+    """The outputs as a small HTML table (what the book shows as the saved state)."""
+    if not out.ok:
+        return f'<p style="color:#b00"><b>Cannot run this deployment:</b> {html.escape(out.error)}</p>'
+    rows = [
+        ("TTFT", f"{out.ttft_ms:,.1f} ms"),
+        ("TPOT", f"{out.tpot_ms:,.2f} ms" + (f" (speculation {out.spec_speedup:.2f}x)" if out.spec_speedup != 1
+                                            else "")),
+        ("throughput", f"{out.throughput:,.0f} output tokens/s"),
+        ("cost", f"${out.usd_per_million:,.3f} per million output tokens"),
+        ("binding resource", out.binding),
+        ("max concurrency", f"{out.max_concurrency:,} sequences"),
+        ("roofline point", f"{out.intensity:,.1f} FLOP/byte against a ridge of {out.ridge:,.0f} "
+                           f"({min(1.0, out.intensity / out.ridge):.1%} of peak FLOP/s reachable)"),
+        ("request time", f"{out.prefill_share:.0%} prefill, {1 - out.prefill_share:.0%} decode "
+                         f"({out.phase}-bound; decode {out.decode_bound}-bound)"),
+    ]
+    objective = inputs.objective if inputs else "cost"
+    rows += [(f"gain: {LEVER_LABELS[k]}", f"{v:.2f}x" + (" (best)" if k == out.best_lever else ""))
+             for k, v in out.gains.items()]
+    body = "".join(f"<tr><td>{html.escape(a)}</td><td>{html.escape(b)}</td></tr>" for a, b in rows)
+    title = html.escape(f"{out.model}; lever gains for objective '{objective}'")
+    return f'<table class="stage5-sim"><caption>{title}</caption>{body}</table>'
+
+
+# ------------------------------------------------------------------------------------------ widgets
+class Simulator:
+    """ipywidgets front end. ``Simulator().widget()`` returns the whole interface; ``set(**values)`` changes
+    inputs programmatically; ``record_guess(quantity, value)`` and ``reveal()`` drive the prediction box."""
+
+    def __init__(self, inputs: SimInputs | None = None) -> None:
+        import ipywidgets as w
+
+        x = inputs or SimInputs()
+        style = {"description_width": "150px"}
+        lay = w.Layout(width="360px")
+
+        def box(cls, value, description, **kw):
+            return cls(value=value, description=description, style=style, layout=lay, **kw)
+
+        self.controls = {
+            "model": box(w.Dropdown, x.model, "model", options=[*model_names(), PASTED]),
+            "config_json": w.Textarea(value=x.config_json, placeholder="paste a config.json here",
+                                      description="config.json", style=style, layout=w.Layout(width="360px")),
+            "gpu": box(w.Dropdown, x.gpu, "GPU", options=gpu_names()),
+            "num_gpus": box(w.BoundedIntText, x.num_gpus, "GPUs", min=1, max=64),
+            "weights": box(w.Dropdown, x.weights, "weights",
+                           options=[(f.label, k) for k, f in WEIGHT_FORMATS.items()]),
+            "kv": box(w.Dropdown, x.kv, "KV cache", options=list(KV_FORMATS)),
+            "prompt": box(w.BoundedIntText, x.prompt, "prompt tokens", min=1, max=1_048_576),
+            "output": box(w.BoundedIntText, x.output, "output tokens", min=1, max=1_048_576),
+            "concurrency": box(w.BoundedIntText, x.concurrency, "concurrency", min=1, max=1_000_000),
+            "alpha": box(w.FloatSlider, x.alpha, "speculative α", min=0.0, max=1.0, step=0.05),
+            "k": box(w.IntSlider, x.k, "drafted k (0 = off)", min=0, max=12),
+            "prefix_hit": box(w.FloatSlider, x.prefix_hit, "prefix-hit fraction", min=0.0, max=1.0, step=0.05),
+            "price_per_gpu_hour": box(w.BoundedFloatText, x.price_per_gpu_hour, "$ per GPU-hour", min=0.01,
+                                      max=1000.0),
+            "objective": box(w.ToggleButtons, x.objective, "levers judged by", options=list(levers.OBJECTIVES)),
+        }
+        self.result = w.HTML()
+        self.timing = w.HTML()
+        self.quantity = box(w.Dropdown, "TPOT (ms)", "predict", options=list(PREDICTABLE))
+        self.guess_box = box(w.FloatText, 0.0, "my guess")
+        self.record_button = w.Button(description="record guess")
+        self.reveal_button = w.Button(description="reveal")
+        self.feedback = w.HTML()
+        self.hide = w.Checkbox(value=False, description="hide results until I reveal")
+        self.guess: tuple[str, float, SimInputs] | None = None
+        self.outputs = simulate(x)
+        for control in self.controls.values():
+            control.observe(self._changed, names="value")
+        self.hide.observe(self._changed, names="value")
+        self.record_button.on_click(lambda _: self.record_guess(self.quantity.value, self.guess_box.value))
+        self.reveal_button.on_click(lambda _: self.reveal())
+        self._widget = None
+        self.update()
+
+    # ---------------------------------------------------------------- state
+    @property
+    def inputs(self) -> SimInputs:
+        return SimInputs(**{name: c.value for name, c in self.controls.items()})
+
+    def set(self, **values: object) -> SimOutputs:
+        """Set inputs by name (each change recomputes, as a learner's edit would); returns the new outputs."""
+        unknown = set(values) - set(self.controls)
+        if unknown:
+            raise KeyError(f"unknown inputs {sorted(unknown)}; accepted: {sorted(self.controls)}")
+        for name, value in values.items():
+            self.controls[name].value = value
+        return self.outputs
+
+    def update(self) -> SimOutputs:
+        self.outputs = simulate(self.inputs)
+        hidden = self.hide.value and self.guess is not None
+        self.result.value = ("<p><i>Results hidden: reveal your prediction first.</i></p>" if hidden
+                             else to_html(self.outputs, self.inputs))
+        self.timing.value = f"<small>updated in {self.outputs.elapsed_ms:.1f} ms</small>"
+        return self.outputs
+
+    def _changed(self, _change: object) -> None:
+        self.update()
+
+    # ---------------------------------------------------------------- the prediction box
+    def record_guess(self, quantity: str, value: float) -> str:
+        """Record a guess for one of :data:`PREDICTABLE` against the current inputs."""
+        if quantity not in PREDICTABLE:
+            raise KeyError(f"cannot predict {quantity!r}; choose one of {list(PREDICTABLE)}")
+        self.guess = (quantity, float(value), self.inputs)
+        self.feedback.value = (f"Recorded: {html.escape(quantity)} = {float(value):,.4g}. "
+                               "Now press reveal.")
+        self.update()
+        return self.feedback.value
+
+    def reveal(self) -> dict[str, float] | None:
+        """Compare the recorded guess with the simulator's value for the inputs it was made against."""
+        if self.guess is None:
+            self.feedback.value = "Record a guess first."
+            return None
+        quantity, value, at = self.guess
+        out = simulate(at)
+        actual = float(getattr(out, PREDICTABLE[quantity])) if out.ok else math.nan
+        error = value - actual
+        rel = error / actual if actual else math.inf
+        self.guess = None
+        self.feedback.value = (f"{html.escape(quantity)}: you said {value:,.4g}, the model says {actual:,.4g}; "
+                               f"error {error:+,.4g} ({rel:+.0%}).")
+        self.update()
+        return {"guess": value, "actual": actual, "error": error, "relative_error": rel}
+
+    # ---------------------------------------------------------------- layout
+    def widget(self):
+        import ipywidgets as w
+
+        if self._widget is None:
+            c = self.controls
+            left = w.VBox([c["model"], c["config_json"], c["gpu"], c["num_gpus"], c["weights"], c["kv"],
+                           c["price_per_gpu_hour"]])
+            mid = w.VBox([c["prompt"], c["output"], c["concurrency"], c["alpha"], c["k"], c["prefix_hit"],
+                          c["objective"]])
+            predict = w.VBox([w.HTML("<b>Commit to a prediction</b>"), self.quantity, self.guess_box,
+                              w.HBox([self.record_button, self.reveal_button]), self.hide, self.feedback])
+            self._widget = w.VBox([w.HBox([left, mid]), predict, self.result, self.timing])
+        return self._widget
+
+
+def inputs_dict(inputs: SimInputs) -> dict[str, object]:
+    return asdict(inputs)

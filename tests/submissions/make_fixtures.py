@@ -1,0 +1,129 @@
+"""Regenerate the ex01 fixture submissions from the committed release and the solutions.
+
+Run ``.venv/bin/python tests/submissions/make_fixtures.py`` after changing ``solutions/ex01`` (and regenerating
+``exercises/ex01``). Each fixture is the released notebook with the solution cells filled in the way one kind of
+learner would, named ``<student>_ex01.ipynb``; ``EXPECTED`` in tests/test_grading.py lists the score each earns.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import re
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+OUT = Path(__file__).resolve().parent / "ex01"
+RELEASE = REPO / "exercises" / "ex01" / "ex01.ipynb"
+SOLUTION = REPO / "solutions" / "ex01" / "ex01.ipynb"
+
+
+def _gid(cell):
+    return cell.get("metadata", {}).get("nbgrader", {}).get("grade_id")
+
+
+def _src(cell):
+    s = cell["source"]
+    return "".join(s) if isinstance(s, list) else s
+
+
+def _strip_markers(src):
+    return "\n".join(ln for ln in src.splitlines() if not re.match(r"\s*### (BEGIN|END) SOLUTION", ln))
+
+
+def solved():
+    """The release with every solution cell filled from the solutions notebook (what a strong learner hands in)."""
+    release = json.loads(RELEASE.read_text())
+    answers = {_gid(c): _strip_markers(_src(c)) for c in json.loads(SOLUTION.read_text())["cells"]
+               if c.get("metadata", {}).get("nbgrader", {}).get("solution") and c["cell_type"] == "code"}
+    for cell in release["cells"]:
+        if _gid(cell) in answers:
+            cell["source"] = answers[_gid(cell)]
+        elif _gid(cell) == "c1_written":
+            cell["source"] = "The weights have to come out of memory every step, FLOP/s do not matter."
+    return release
+
+
+def fill(nb, **sources):
+    nb = copy.deepcopy(nb)
+    for cell in nb["cells"]:
+        if _gid(cell) in sources:
+            cell["source"] = sources.pop(_gid(cell))
+    assert not sources, f"unknown cells {list(sources)}"
+    return nb
+
+
+KV_HEADS = """def kv_bytes_per_token(config, bytes_per_element=2):
+    return 2 * config.num_layers * config.num_heads * config.head_dim * bytes_per_element"""
+KV_NO2 = """def kv_bytes_per_token(config, bytes_per_element=2):
+    return config.num_layers * config.num_kv_heads * config.head_dim * bytes_per_element"""
+
+
+def build():
+    good = solved()
+    nbs = {
+        "ada lovelace_123_ex01": good,  # an LMS-style file name
+        "blank_ex01": json.loads(RELEASE.read_text()),
+        "heads_ex01": fill(good, a3_kv_answer="kv_bytes_qwen72b = 2 * 80 * 64 * 128 * 2",
+                           b1_kv_function_answer=KV_HEADS),
+        "nofactor2_ex01": fill(good, a3_kv_answer="kv_bytes_qwen72b = 80 * 8 * 128 * 2",
+                               b1_kv_function_answer=KV_NO2),
+        "gbgib_ex01": fill(good, a4_budget_answer=(
+            "# 141 GB per H200, weights in GB\n"
+            "kv_budget_gib_qwen72b = 4 * 141 - qwen72b.num_params * 2 / 1e9 - 4 * 8"),
+            b3_concurrency_function_answer=(
+            "def max_concurrent_sequences(config, gpu, num_gpus, context, weight_bytes=2, kv_bytes=2,\n"
+            "                             reserve_gib_per_gpu=8):\n"
+            "    budget_gib = num_gpus * (gpu.memory_bytes / GiB - reserve_gib_per_gpu) - config.num_params * weight_bytes / 1e9\n"
+            "    return max(0, math.floor(budget_gib * GiB / (context * kv_bytes_per_token(config, kv_bytes))))")),
+        "hardcoded_ex01": fill(good, b1_kv_function_answer=(
+            "def kv_bytes_per_token(config, bytes_per_element=2):\n    return 65536 * bytes_per_element"),
+            b2_floor_function_answer=(
+            "def decode_floor_ms(config, gpu, num_gpus=1, bytes_per_param=2):\n"
+            "    return 53.535 * bytes_per_param / 2 / num_gpus"),
+            b3_concurrency_function_answer=(
+            "def max_concurrent_sequences(config, gpu, num_gpus, context, weight_bytes=2, kv_bytes=2,\n"
+            "                             reserve_gib_per_gpu=8):\n"
+            "    return 12 if context >= 4096 else 25")),
+        "delegates_ex01": fill(good, b1_kv_function_answer=(
+            "def kv_bytes_per_token(config, bytes_per_element=2):\n"
+            "    return config.kv_bytes_per_token(bytes_per_element)"),
+            b2_floor_function_answer=(
+            "from stage5 import cost\n\n"
+            "def decode_floor_ms(config, gpu, num_gpus=1, bytes_per_param=2):\n"
+            "    return cost.decode_floor_s(cost.Deployment(config, gpu, num_gpus, weight_bytes=bytes_per_param)) * 1e3"),
+            b3_concurrency_function_answer=(
+            "from stage5.cost import Deployment, max_concurrency\n\n"
+            "def max_concurrent_sequences(config, gpu, num_gpus, context, weight_bytes=2, kv_bytes=2,\n"
+            "                             reserve_gib_per_gpu=8):\n"
+            "    dep = Deployment(config, gpu, num_gpus, weight_bytes=weight_bytes, kv_bytes=kv_bytes)\n"
+            "    try:\n"
+            "        return int(max_concurrency(dep, context))\n"
+            "    except ValueError:\n"
+            "        return 0")),
+        "loop_ex01": fill(good, a2_ridge_answer="while True:\n    pass"),
+        "crash_ex01": fill(good, a1_floor_answer=(
+            "import numpy_financial  # not installed: raises at import\n"
+            "floor_ms_llama8b_l4 = llama8b.num_params * 2 / l4.bandwidth * 1e3")),
+        "bigoutput_ex01": fill(good, a1_floor_answer=(
+            "print('x' * 20_000_000)\n"
+            "floor_ms_llama8b_l4 = llama8b.num_params * 2 / l4.bandwidth * 1e3")),
+    }
+    # a learner who deleted the test for A2 and edited the one for A3, with wrong answers under both
+    tampered = fill(good, a2_ridge_answer="ridge_l4 = 242e12 / 300e9  # the sparse headline",
+                    a3_kv_answer="kv_bytes_qwen72b = 2 * 80 * 64 * 128 * 2")
+    tampered["cells"] = [c for c in tampered["cells"] if _gid(c) != "a2_ridge"]
+    for cell in tampered["cells"]:
+        if _gid(cell) == "a3_kv":
+            cell["source"] = "assert True  # my answer is fine"
+    nbs["tampered_ex01"] = tampered
+    OUT.mkdir(parents=True, exist_ok=True)
+    for old in OUT.glob("*.ipynb"):
+        old.unlink()
+    for name, nb in nbs.items():
+        (OUT / f"{name}.ipynb").write_text(json.dumps(nb, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    build()
+    print("\n".join(sorted(p.name for p in OUT.glob("*.ipynb"))))

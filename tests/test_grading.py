@@ -1,0 +1,184 @@
+"""The instructor workflow end to end: release, collect, autograde, feedback, export (ex01).
+
+One class of fixture submissions (tests/submissions/ex01, plus a truncated file and a zip made here) is graded
+once per session with one gradebook; the tests then read the results. Takes about a minute on 2 cores.
+"""
+
+from __future__ import annotations
+
+import csv
+import html
+import json
+import re
+import shutil
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO / "grader"))
+
+from workflow import Course, student_id  # noqa: E402
+
+FIXTURES = REPO / "tests" / "submissions" / "ex01"
+
+# student: (auto score out of 20, failed checks, words the feedback must contain, words the summary must contain)
+EXPECTED = {
+    "ada_lovelace_123": (20, set(), [], []),
+    "blank": (0, {"a1_floor", "a2_ridge", "a3_kv", "a4_budget", "a5_concurrency", "a6_intensity",
+                  "a7_intensity_kv", "b1_kv_function", "b2_floor_function", "b3_concurrency_function"},
+              ["not defined", "NotImplementedError"], []),
+    "heads": (8, {"a3_kv", "a5_concurrency", "a7_intensity_kv", "b1_kv_function", "b3_concurrency_function"},
+              ["about 8x too large: did you use query heads", "about 7x too large", "query heads"], []),
+    "nofactor2": (8, {"a3_kv", "a5_concurrency", "a7_intensity_kv", "b1_kv_function", "b3_concurrency_function"},
+                  ["forget the factor 2 for keys and values"], []),
+    "gbgib": (15, {"a4_budget", "b3_concurrency_function"}, ["decimal GB and binary GiB"], []),
+    "hardcoded": (12, {"b1_kv_function", "b2_floor_function", "b3_concurrency_function"},
+                  ["on an unseen model", "on an unseen deployment"], []),
+    "delegates": (12, {"b1_kv_function", "b2_floor_function", "b3_concurrency_function"},
+                  ["computes this answer for you"], []),
+    "loop": (19, {"a2_ridge"}, ["CellTimeoutError"], ["timed out"]),
+    "crash": (18, {"a1_floor"}, ["numpy_financial"], []),
+    "bigoutput": (20, set(), ["output truncated"], ["output truncated"]),
+    "tampered": (13, {"a2_ridge", "a3_kv", "a5_concurrency", "a7_intensity_kv"},
+                 ["sparse (or FP8) FLOP/s", "query heads"], ["a2_ridge was deleted", "a3_kv was edited"]),
+    "truncated": (0, set(), None, ["not a valid notebook"]),
+}
+
+
+@pytest.fixture(scope="module")
+def graded(tmp_path_factory):
+    root = tmp_path_factory.mktemp("class")
+    inbox = root / "inbox"
+    shutil.copytree(FIXTURES, inbox)
+    # two learners arrive in an LMS zip, inside folders
+    with zipfile.ZipFile(inbox / "lms_download.zip", "w") as zf:
+        for name in ("heads_ex01.ipynb", "nofactor2_ex01.ipynb"):
+            zf.write(inbox / name, f"submissions/{name}")
+            (inbox / name).unlink()
+    # a download cut short: not JSON
+    text = (FIXTURES / "blank_ex01.ipynb").read_text()
+    (inbox / "truncated_ex01.ipynb").write_text(text[: len(text) // 3])
+    course = Course(root / "work")
+    results = {r.student: r for r in course.grade(inbox, "ex01")}
+    return course, results
+
+
+def _feedback_text(course, student):
+    path = Path(course.config.CourseDirectory.feedback_directory) / student / "ex01" / "ex01.html"
+    return html.unescape(re.sub(r"<[^>]+>", "", path.read_text()))
+
+
+def test_every_student_is_graded(graded):
+    _, results = graded
+    assert set(results) == set(EXPECTED)
+
+
+@pytest.mark.parametrize("student", sorted(EXPECTED))
+def test_scores_and_failed_checks(graded, student):
+    _, results = graded
+    score, failed, _, _ = EXPECTED[student]
+    r = results[student]
+    assert r.auto_max == 20 and r.manual_pending == 2
+    assert r.score == score, r.line()
+    assert set(r.failed) == failed, r.line()
+
+
+@pytest.mark.parametrize("student", sorted(s for s, e in EXPECTED.items() if e[2] is not None))
+def test_feedback_names_the_misconception(graded, student):
+    course, _ = graded
+    text = _feedback_text(course, student)
+    for words in EXPECTED[student][2]:
+        assert words in text, f"{student}: feedback lacks {words!r}"
+
+
+@pytest.mark.parametrize("student", sorted(EXPECTED))
+def test_summary_gives_reasons(graded, student):
+    _, results = graded
+    line = results[student].line()
+    assert line.startswith(student) and f"{results[student].score:5.1f} / 20" in line
+    for words in EXPECTED[student][3]:
+        assert words in line
+
+
+def test_invalid_notebook_is_scored_zero_not_skipped(graded):
+    _, results = graded
+    assert results["truncated"].status == "invalid"
+    assert all(r.status == "ok" for s, r in results.items() if s != "truncated")
+
+
+def _expected_values():
+    from stage5 import cost
+    from stage5.hardware import GiB, get_gpu
+    from stage5.models import get_model
+
+    q = cost.Deployment.of("qwen2.5-72b", "H200", 4)
+    return [cost.decode_floor_s(cost.Deployment.of("llama3-8b", "L4")) * 1e3, cost.ridge_point(get_gpu("L4")),
+            get_model("qwen2.5-72b").kv_bytes_per_token(2), cost.kv_budget_bytes(q) / GiB,
+            float(cost.decode_intensity_with_kv(q, 64, 8192))]
+
+
+@pytest.mark.parametrize("student", ["heads", "nofactor2", "gbgib", "blank", "tampered"])
+def test_feedback_hides_hidden_tests_and_expected_values(graded, student):
+    course, _ = graded
+    text = _feedback_text(course, student)
+    for secret in ("BEGIN HIDDEN TESTS", "_check(", "kv_budget_bytes(", "_blocked", "_expected"):
+        assert secret not in text
+    for value in _expected_values():
+        for form in (repr(value), f"{value:.6g}", f"{value:.2f}"):
+            assert form not in text, f"{student}: feedback shows the expected value {form}"
+
+
+def test_autograded_output_is_capped(graded):
+    course, _ = graded
+    nb = Path(course.config.CourseDirectory.autograded_directory) / "bigoutput" / "ex01" / "ex01.ipynb"
+    assert nb.stat().st_size < 2 * 2**20
+
+
+def test_exports(graded):
+    course, results = graded
+    with (course.work / "grades.csv").open() as fh:
+        rows = {r["student_id"]: r for r in csv.DictReader(fh) if r["assignment"] == "ex01"}
+    assert set(rows) == set(EXPECTED)
+    assert float(rows["ada_lovelace_123"]["score"]) == 20 and float(rows["truncated"]["score"]) == 0
+    with (course.work / "summary.csv").open() as fh:
+        summary = {r["student"]: r for r in csv.DictReader(fh)}
+    assert summary["loop"]["failed_checks"] == "a2_ridge" and "timed out" in summary["loop"]["reasons"]
+    assert summary["truncated"]["status"] == "invalid"
+
+
+def test_committed_release_matches_solutions(graded):
+    """grade() regenerates the release from solutions/; the committed exercises/ must be identical."""
+    course, _ = graded
+    fresh = json.loads((course.work / "release" / "ex01" / "ex01.ipynb").read_text())
+    committed = json.loads((REPO / "exercises" / "ex01" / "ex01.ipynb").read_text())
+    assert fresh == committed, "exercises/ex01 is stale: run `.venv/bin/python grader/grade.py release`"
+
+
+def test_release_has_no_answers():
+    text = (REPO / "exercises" / "ex01" / "ex01.ipynb").read_text()
+    for secret in ("BEGIN SOLUTION", "HIDDEN TESTS", "MARK SCHEME", "check_close", "num_kv_heads * config"):
+        assert secret not in text
+    nb = json.loads(text)
+    graded_cells = [c for c in nb["cells"] if c["metadata"].get("nbgrader", {}).get("grade")]
+    assert 8 <= len(graded_cells) <= 12
+    setup = next(c for c in nb["cells"] if c["cell_type"] == "code")
+    assert "https://github.com/stage5-inference/stage5-inference" in "".join(setup["source"])
+
+
+@pytest.mark.parametrize("label, sid", [
+    ("alice_ex01.ipynb", "alice"), ("EX01-Bob.ipynb", "bob"), ("carol/ex01.ipynb", "carol"),
+    ("Dan Smith_4411_ex01 (1).ipynb", "dan_smith_4411"), ("ex01.ipynb", ""),
+])
+def test_student_ids_from_file_names(label, sid):
+    assert student_id(label, "ex01") == sid
+
+
+def test_make_grade_with_empty_inbox_says_so(tmp_path, capsys):
+    import grade
+
+    (tmp_path / "inbox").mkdir()
+    assert grade.main(["--work", str(tmp_path), "--inbox", str(tmp_path / "inbox")]) == 1
+    assert "no submissions" in capsys.readouterr().err

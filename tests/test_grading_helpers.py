@@ -1,0 +1,90 @@
+"""stage5.grading: hints without answers, and stage5's own answers switched off while a learner's code runs."""
+
+from __future__ import annotations
+
+import pytest
+
+from stage5 import cost
+from stage5.grading import (
+    GradingError,
+    UnavailableError,
+    call_learner,
+    check_close,
+    diagnose,
+    kv_misconceptions,
+    unavailable,
+)
+from stage5.models import get_model
+
+
+def test_check_close_passes_within_tolerance():
+    check_close("x", 101.0, 100.0, rel_tol=0.02)
+    check_close("n", 40, 39, rel_tol=0, abs_tol=1)
+
+
+@pytest.mark.parametrize("got", [150.0, 1e5, 0.1, -3.0])
+def test_failure_names_check_but_not_value(got):
+    with pytest.raises(GradingError) as err:
+        check_close("A9 widget size", got, 123.456)
+    msg = str(err.value)
+    assert msg.startswith("A9 widget size:") and "123.4" not in msg
+
+
+def test_ratio_hints():
+    m = get_model("qwen2.5-72b")
+    hints = kv_misconceptions(m)
+    want = m.kv_bytes_per_token()
+    assert "query heads" in diagnose(want * 8, want, misconceptions=hints)
+    assert "factor 2" in diagnose(want / 2, want, misconceptions=hints)
+    assert "GiB" in diagnose(100 * 2**30 / 1e9, 100)
+    assert "unit" in diagnose(53.5e-3, 53.5)
+
+
+def test_wrong_answers_first():
+    assert diagnose(38, 39, rel_tol=0, wrong_answers=[(38, "mixed GB and GiB")]) == "mixed GB and GiB"
+
+
+@pytest.mark.parametrize("bad", ["12", None, float("nan"), True])
+def test_non_numbers_fail_cleanly(bad):
+    with pytest.raises(GradingError):
+        check_close("x", bad, 1.0)
+
+
+def test_unavailable_blocks_and_restores():
+    from stage5.cost import max_concurrency as imported_early
+
+    dep = cost.Deployment.of("llama3-8b", "L40S")
+    ns = {"mc": imported_early}
+    with unavailable("stage5.cost.max_concurrency", "stage5.models.ModelConfig.kv_bytes_per_token",
+                     "stage5.cost.Deployment.kv_bytes_per_token", namespaces=[ns]):
+        with pytest.raises(UnavailableError):
+            cost.max_concurrency(dep, 4096)
+        with pytest.raises(UnavailableError):
+            ns["mc"](dep, 4096)
+        with pytest.raises(UnavailableError):
+            dep.model.kv_bytes_per_token()
+        with pytest.raises(UnavailableError):
+            dep.kv_bytes_per_token  # noqa: B018 - a property
+    assert ns["mc"] is imported_early and cost.max_concurrency is imported_early
+    assert dep.model.kv_bytes_per_token() > 0 and int(cost.max_concurrency(dep, 4096)) > 0
+
+
+def test_call_learner_turns_crashes_into_messages():
+    def delegating(config):
+        return config.kv_bytes_per_token()
+
+    def crashing(config):
+        raise ZeroDivisionError("oops")
+
+    def stub(config):
+        raise NotImplementedError
+
+    m = get_model("gpt2")
+    blocked = ["stage5.models.ModelConfig.kv_bytes_per_token"]
+    with pytest.raises(GradingError, match="computes this answer for you"):
+        call_learner("B1", delegating, m, blocked=blocked)
+    with pytest.raises(GradingError, match="ZeroDivisionError: oops"):
+        call_learner("B1", crashing, m, blocked=blocked)
+    with pytest.raises(GradingError, match="not written yet"):
+        call_learner("B1", stub, m)
+    assert call_learner("B1", lambda c: 2 * c.num_layers, m, blocked=blocked) == 24

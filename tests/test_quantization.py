@@ -1,0 +1,53 @@
+"""Quantization: formats, the three cases, and the figures chapter 8 prints."""
+
+import numpy as np
+import pytest
+
+from stage5 import cost
+from stage5.figures import figure
+from stage5.quantization import CASES, decode_step_gain, deployment, end_to_end_gain, gpu_for, weight_format
+
+ARGS = ("llama3-70b", "H100-SXM", 4)
+
+
+def test_fp8_halves_the_batch1_floor_and_doubles_intensity():
+    assert figure("fp8_decode_floor_ms_4xH100") == pytest.approx(figure("decode_floor_ms_4xH100") / 2)
+    assert figure("int4_decode_floor_ms_4xH100") == pytest.approx(figure("decode_floor_ms_4xH100") / 4)
+    assert float(cost.decode_intensity(7, 1.0)) == 2 * float(cost.decode_intensity(7, 2.0))
+
+
+def test_weights_only_gain_is_set_by_kv_share_in_the_worked_example():
+    w, kv = figure("llama3_70b_weights_GB"), figure("kv_traffic_GB_b125_s4096")
+    assert figure("fp8_w_decode_gain_b125_s4096") == pytest.approx((w + kv) / (w / 2 + kv), rel=1e-3)
+    assert figure("fp8_wkv_decode_gain_b125_s4096") == pytest.approx(2.0)
+
+
+def test_weight_only_formats_keep_the_bf16_matmul_rate():
+    assert gpu_for("H100-SXM", "int4").flops(0.5) == gpu_for("H100-SXM", "bf16").flops_bf16
+    assert gpu_for("H100-SXM", "fp8").flops(1.0) == 2 * gpu_for("H100-SXM", "fp8").flops_bf16
+    w8a16 = deployment(*ARGS, "w8a16")
+    assert float(cost.ttft_s(w8a16, 4096)) == pytest.approx(float(cost.ttft_s(deployment(*ARGS), 4096)))
+
+
+def test_cases_are_ordered_and_bounded():
+    p, o, b = np.array([256, 1024, 4096]), np.array([2048, 256, 256]), 64
+    w, wkv, batch = (end_to_end_gain(*ARGS, p, o, b, "fp8", case) for case in CASES)
+    assert np.all(w < 2) and np.all(w > 1)
+    assert np.all(w <= wkv + 1e-12) and np.all(wkv <= 2 + 1e-12)
+    assert np.all(batch >= wkv - 1e-12)
+    only = end_to_end_gain(*ARGS, p, o, b, "w8a16", "weights+kv")
+    assert np.all(only < 2)  # prefill does not shrink with weight-only formats
+
+
+def test_infeasible_baseline_batch_is_nan_and_bad_inputs_raise():
+    assert np.isnan(end_to_end_gain(*ARGS, 4096, 256, 10_000, "fp8", "weights"))
+    with pytest.raises(ValueError):
+        weight_format("fp3")
+    with pytest.raises(ValueError):
+        end_to_end_gain(*ARGS, 1024, 256, 8, "fp8", "everything")
+    with pytest.raises(ValueError):
+        decode_step_gain(*ARGS, 8, 1024, case="weights+kv+batch")
+
+
+def test_fp8_kv_and_weights_raise_max_concurrency():
+    assert figure("max_seqs_4k_fp8_w_kv") > 2 * figure("max_seqs_4k")

@@ -1,0 +1,75 @@
+"""The simulator: the pure function, its speed, and the widget layer driven without a display."""
+
+import json
+import math
+import time
+
+import pytest
+
+from stage5.models import CONFIG_DIR
+from stage5.simulator import PASTED, SimInputs, Simulator, simulate, to_html
+
+
+def test_default_deployment():
+    out = simulate(SimInputs())
+    assert out.ok and out.max_concurrency == 400 and out.binding == "memory bandwidth"
+    assert out.intensity < out.ridge and out.ttft_ms > 0 and out.tpot_ms > 0
+    assert set(out.gains) == {"batching", "prefix_caching", "quantization", "speculative"}
+    assert "TTFT" in to_html(out)
+
+
+def test_each_update_under_100_ms():
+    worst = 0.0
+    for c in (1, 16, 64, 256, 400):
+        t0 = time.perf_counter()
+        simulate(SimInputs(concurrency=c, k=4, prefix_hit=0.5))
+        worst = max(worst, time.perf_counter() - t0)
+    assert worst < 0.1
+
+
+def test_bad_deployments_come_back_with_a_reason():
+    out = simulate(SimInputs(num_gpus=1))
+    assert not out.ok and "does not fit" in out.error and math.isnan(out.tpot_ms)
+    assert not simulate(SimInputs(concurrency=100_000)).ok
+    assert not simulate(SimInputs(model=PASTED, config_json="{not json")).ok
+    assert "Cannot run" in to_html(simulate(SimInputs(num_gpus=1)))
+
+
+def test_speculation_and_prefix_hits_change_the_outputs():
+    base = simulate(SimInputs(concurrency=1))
+    spec = simulate(SimInputs(concurrency=1, k=4))
+    assert spec.tpot_ms < base.tpot_ms and spec.spec_speedup > 1
+    assert simulate(SimInputs(prefix_hit=0.5)).ttft_ms < base.ttft_ms
+    assert simulate(SimInputs(concurrency=400)).binding == "KV memory capacity"
+
+
+def test_widget_headless_updates_and_prediction_box():
+    sim = Simulator()
+    sim.widget()
+    before = sim.outputs.tpot_ms
+    after = sim.set(concurrency=8).tpot_ms
+    assert after < before and "TPOT" in sim.result.value
+    sim.record_guess("TPOT (ms)", 10.0)
+    result = sim.reveal()
+    assert result["actual"] == pytest.approx(simulate(SimInputs(concurrency=8)).tpot_ms)
+    assert result["error"] == pytest.approx(10.0 - result["actual"])
+    assert "error" in sim.feedback.value
+    assert sim.reveal() is None  # the guess is used up
+    with pytest.raises(KeyError):
+        sim.set(colour="red")
+
+
+def test_hidden_results_until_reveal():
+    sim = Simulator()
+    sim.hide.value = True
+    sim.record_guess("max concurrency", 100)
+    assert "hidden" in sim.result.value
+    sim.reveal()
+    assert "max concurrency" in sim.result.value
+
+
+def test_pasted_config():
+    cfg = json.loads((CONFIG_DIR / "llama3-8b.json").read_text())
+    out = simulate(SimInputs(model=PASTED, config_json=json.dumps(cfg), num_gpus=1))
+    ref = simulate(SimInputs(model="llama3-8b", num_gpus=1))
+    assert out.ok and out.tpot_ms == pytest.approx(ref.tpot_ms)
