@@ -238,5 +238,18 @@ for _lever in ("batching", "routing", "quantization", "kernels"):
 _fig("routing_cost_ratio_8b_70b", "x", "decode cost per token, Llama 3 8B on 1 H100 over 70B on 4, both at max batch")(
     lambda: __import__("stage5.routing", fromlist=["cost_ratio"]).cost_ratio(
         "llama3-70b", "H100-SXM", 4, "llama3-8b", "H100-SXM", 1, 1024, 256))
+SPEC_ALPHA, SPEC_K = 0.7, 4  # the acceptance rate and draft length of the source's speculation example
+SPEC_BATCH, SPEC_CONTEXT = 256, 1280  # chapter 10's loaded server: batch 256, full 1,024 + 256-token sequences
 _fig("spec_speedup_b256_s1280", "x", "speculative speedup (alpha 0.7, k 4) at batch 256, 1,280-token contexts, 4xH100")(
-    lambda: float(cost.speculative_speedup(_four(), 256, 1280, 0.7, 4)))
+    lambda: float(cost.speculative_speedup(_four(), SPEC_BATCH, SPEC_CONTEXT, SPEC_ALPHA, SPEC_K)))
+
+# ======================================================================================= published figures
+# Quoted, not computed: each value and its source are in stage5.published. A range (low, high) becomes two
+# figures, "<id>_lo" and "<id>_hi".
+from stage5 import published  # noqa: E402
+
+for _pid, ((_lo, _hi), _unit, _desc) in published.RANGES.items():
+    _fig(f"{_pid}_lo", _unit, f"{_desc}, low end (published)")(lambda v=_lo: v)
+    _fig(f"{_pid}_hi", _unit, f"{_desc}, high end (published)")(lambda v=_hi: v)
+for _pid, (_value, _unit, _desc) in published.SINGLE.items():
+    _fig(_pid, _unit, f"{_desc} (published)")(lambda v=_value: v)

@@ -23,7 +23,8 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 BOOK = ROOT / "book"
-CHAPTERS = ["01_two_phases", "02_roofline", "03_kv_cache"]
+# Every numbered chapter notebook in book/ gets the checks below, so a new chapter cannot skip them.
+CHAPTERS = sorted(p.stem for p in BOOK.glob("[0-9][0-9]_*.ipynb"))
 PAGES = ["intro", *CHAPTERS, "glossary", "errata", "references"]
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
@@ -95,20 +96,24 @@ def test_chapter_pattern(name):
     code = "\n".join("".join(c["source"]) for c in cells if c["cell_type"] == "code")
     assert "What you will be able to do" in md
     assert "{glue:text}" in md and "glue(" in code, "numbers in the prose must be glued"
-    assert "from stage5.plots import" in code, "at least one figure drawn from the cost model"
+    draws = "from stage5.plots import" in code or ("import matplotlib" in code and "stage5" in code)
+    assert draws, "at least one figure drawn from the cost model"
     predictions = [m.start() for m in re.finditer(r"Commit to a prediction", md)]
     assert predictions, "at least one commit-to-a-prediction block"
     for start in predictions:  # each prediction is followed by a reveal
         assert ":::{dropdown} Reveal" in md[start:], "a prediction block without a reveal after it"
     assert "## Check yourself" in md and ":::{dropdown} Answer" in md
-    assert "exercises/ex01/ex01.ipynb" in md, "pointer to the exercise that practises the chapter"
+    assert re.search(r"exercises/ex\d\d/ex\d\d\.ipynb", md), "pointer to the exercise that practises the chapter"
 
 
 # Digits allowed in prose outside maths and glue: chapter and exercise numbers, names such as "Llama 3",
-# "H100", "FP8", "BF16", "1K"/"4K"/"128K", and citation keys.
+# "H100", "FP8", "BF16", "1K"/"4K"/"128K", and citation keys. Also two conceptual constants that are not
+# measurements: the bit widths of number formats ("8-bit", "16 bits", "4-bit weights"), and "2×" as in the
+# claim that FP8 "doubles" throughput (a bare 2× only: "2–4×" or "1.2×" still fail).
 _ALLOWED = re.compile(
-    r"chapters? \d+( (to|and) \d+)?|ex0\d|Llama 3(\.\d)?( \d+B)?|\b\d+B\b|[A-Z]+\d+[A-Za-z0-9-]*|\b\d+K\b"
-    r"|\*\*\d+\.\*\*|[Bb]atch[- ]1\b|float32|8 bits|8-bit|2:4|0\d_\w+|\{cite\}`[^`]*`|`[^`]*`")
+    r"[Cc]hapters? \d+( (to|and) \d+)?|ex0\d|Llama 3(\.\d)?( \d+B)?|\b\d+B\b|[A-Z]+\d+[A-Za-z0-9-]*|\b\d+K\b"
+    r"|\*\*\d+\.\*\*|[Bb]atch[- ]1\b|float32|\b(4|8|16)(-bit|[- ]bits)\b|\b2×|2:4|0\d_\w+"
+    r"|\{cite\}`[^`]*`|`[^`]*`")
 
 
 @pytest.mark.parametrize("name", CHAPTERS)
@@ -117,7 +122,7 @@ def test_no_hand_typed_numbers_in_prose(name):
         if cell["cell_type"] != "markdown":
             continue
         text = "".join(cell["source"])
-        text = re.sub(r"\$\$.*?\$\$|\$[^$]*\$", " ", text, flags=re.S)  # maths
+        text = re.sub(r"(?<!\\)\$\$.*?(?<!\\)\$\$|(?<!\\)\$[^$]*?(?<!\\)\$", " ", text, flags=re.S)  # maths, not \$
         text = re.sub(r"\{glue:text\}`[^`]*`", " ", text)
         text = _ALLOWED.sub(" ", text)
         stray = re.findall(r"\d[\d,.]*", text)
