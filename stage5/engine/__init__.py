@@ -1,0 +1,10 @@
+"""The toy serving engine, in the spirit of nano-vllm: flat, one idea per file.
+
+* ``model.py``       - a Llama-style decoder built from a ``ModelConfig``, and the reference ``generate()``;
+* ``sequence.py``    - ``Request`` (what a client sends) and ``Sequence`` (what the engine tracks);
+* ``kv.py``          - the K/V pool tensor, the contiguous and the paged allocator;
+* ``engine.py``      - ``Engine(model, cfg, allocator=..., scheduler=...).run(requests) -> RunResult``;
+* ``workload.py``    - ``make_workload(n, seed)``, seeded long-tailed traffic;
+* ``checkpoints.py`` - ``load_target()`` / ``load_draft()``, the trained byte-level models;
+* ``bench.py``       - ``python -m stage5 bench``.
+"""

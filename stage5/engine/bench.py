@@ -1,0 +1,134 @@
+"""``python -m stage5 bench``: one seeded workload through all four engines at the same K/V budget.
+
+The four engines are the product of two changes - contiguous vs paged K/V allocation, static vs continuous
+scheduling - so the table shows what each change buys alone and together. Every column except the two
+timed ones (``tokens_per_s``, ``wall_s``) is deterministic for a given seed.
+
+Beside the measurements it prints the roofline prediction of one decode step on this machine
+(``stage5.cost.decode_step`` with the bandwidth and FLOP/s measured by ``stage5.calibrate``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+import torch
+
+from stage5.engine.engine import Engine, RunResult
+from stage5.engine.sequence import Request
+from stage5.engine.workload import WorkloadSpec, make_workload
+
+COMBINATIONS = [("contiguous", "static"), ("contiguous", "continuous"), ("paged", "static"), ("paged", "continuous")]
+COLUMNS = ["tokens_per_s", "tokens_per_step", "kv_utilization", "peak_running", "steps", "wall_s"]
+DEFAULT_BLOCKS = 128
+DEFAULT_BLOCK_SIZE = 16
+DEFAULT_MAX_BATCH = 64
+
+
+def run_all(model, cfg, requests, num_blocks: int, block_size: int, max_batch: int) -> dict[str, RunResult]:
+    """Serve ``requests`` through each combination; check they all produce the same tokens."""
+    results = {}
+    for allocator, scheduler in COMBINATIONS:
+        engine = Engine(model, cfg, allocator=allocator, scheduler=scheduler, num_blocks=num_blocks,
+                        block_size=block_size, max_batch=max_batch)
+        results[f"{allocator}_{scheduler}"] = engine.run(requests)
+    first = next(iter(results.values())).outputs
+    for name, result in results.items():
+        if result.outputs != first:  # greedy, same model: only batching differs, so outputs should agree
+            print(f"warning: {name} produced different tokens from {COMBINATIONS[0]} "
+                  "(float32 near-ties can flip under different batch shapes)", file=sys.stderr)
+    return results
+
+
+def predicted_decode(cfg, result: RunResult) -> dict[str, float]:
+    """Mean batch and context of the run's decode steps, the roofline time for that step, and the measured one."""
+    decode = [i for i, (kind, _) in enumerate(result.trace) if kind == "decode"]
+    if not decode:
+        return {}
+    batch = sum(len(result.trace[i][1]) for i in decode) / len(decode)
+    context = sum(result.step_context[i] for i in decode) / len(decode) / batch
+    measured = sorted(result.step_s[i] for i in decode)[len(decode) // 2]
+    from stage5.calibrate import this_machine
+    from stage5.cost import Deployment, decode_step
+
+    step = decode_step(Deployment(model=cfg, gpu=this_machine(), weight_bytes=4, kv_bytes=4, mfu=1.0), batch, context)
+    return {"batch": batch, "context": context, "predicted_s": float(step.time_s),
+            "memory_s": float(step.memory_s), "compute_s": float(step.compute_s), "measured_median_s": measured}
+
+
+def _table(results: dict[str, RunResult]) -> str:
+    lines = [f"{'engine':<24}" + "".join(f"{c:>17}" for c in COLUMNS)]
+    for name, result in results.items():
+        m = result.metrics()
+        cells = [f"{m['tokens_per_s']:17.1f}", f"{m['tokens_per_step']:17.2f}", f"{m['kv_utilization']:17.1%}",
+                 f"{m['peak_running']:17d}", f"{m['steps']:17d}", f"{m['wall_s']:17.2f}"]
+        lines.append(f"{name:<24}" + "".join(cells))
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] in ("prefix", "spec"):
+        print(f"bench {argv[0]}: not implemented yet", file=sys.stderr)
+        return 2
+    parser = argparse.ArgumentParser(prog="python -m stage5 bench", description=__doc__.splitlines()[0])
+    parser.add_argument("--requests", type=int, default=WorkloadSpec.n, help="number of requests")
+    parser.add_argument("--seed", type=int, default=0, help="workload seed")
+    parser.add_argument("--blocks", type=int, default=DEFAULT_BLOCKS, help="K/V pool size in blocks")
+    parser.add_argument("--block-size", type=int, default=DEFAULT_BLOCK_SIZE, help="tokens per block")
+    parser.add_argument("--max-batch", type=int, default=DEFAULT_MAX_BATCH, help="most sequences in one step")
+    parser.add_argument("--threads", type=int, default=1,
+                        help="torch CPU threads (default 1: on a shared machine, more threads than free cores "
+                             "make small steps wildly slower and the timings meaningless)")
+    parser.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
+    args = parser.parse_args(argv)
+    if args.requests < 1:
+        parser.error("--requests must be at least 1")
+    if args.threads < 1:
+        parser.error("--threads must be at least 1")
+    torch.set_num_threads(args.threads)
+
+    from stage5.engine.checkpoints import load_target
+
+    model, cfg = load_target()
+    requests = make_workload(args.requests, args.seed)
+    warmup = Request(id=0, prompt=requests[0].prompt[:16], max_tokens=8)
+    Engine(model, cfg, num_blocks=2, block_size=16).run([warmup])  # let torch settle before anything is timed
+    results = run_all(model, cfg, requests, args.blocks, args.block_size, args.max_batch)
+    slots = args.blocks * args.block_size
+    workload = {**WorkloadSpec(n=args.requests, seed=args.seed).describe(), "model": cfg.name,
+                "num_blocks": args.blocks, "block_size": args.block_size, "kv_slots": slots,
+                "kv_bytes": int(slots * cfg.kv_bytes_per_token(4)), "max_batch": args.max_batch,
+                "prompt_tokens": sum(len(r.prompt) for r in requests),
+                "output_tokens": sum(r.output_len for r in requests)}
+    if args.json:
+        engines = {name: {k: r.metrics()[k] for k in COLUMNS} for name, r in results.items()}
+        print(json.dumps({"workload": workload, "engines": engines}, indent=2))
+        return 0
+
+    print(f"{args.requests} requests (seed {args.seed}): {workload['prompt_tokens']} prompt tokens, "
+          f"{workload['output_tokens']} output tokens, max_tokens cap {workload['max_tokens']}")
+    print(f"model {cfg.name} ({cfg.num_params:,} params, float32); K/V budget {slots} token slots = "
+          f"{args.blocks} blocks x {args.block_size} = {workload['kv_bytes'] / 2**20:.1f} MiB, same for every engine\n")
+    print(_table(results))
+    base, best = results["contiguous_static"], results["paged_continuous"]
+    print(f"\npaged+continuous / contiguous+static: {best.tokens_per_s / base.tokens_per_s:.1f}x tokens/s, "
+          f"{best.tokens_per_step / base.tokens_per_step:.1f}x tokens/step")
+    for name in ("contiguous_continuous", "paged_static"):
+        print(f"  {name} alone: {results[name].tokens_per_s / base.tokens_per_s:.1f}x tokens/s, "
+              f"{results[name].tokens_per_step / base.tokens_per_step:.1f}x tokens/step")
+    print("preemptions:", ", ".join(f"{n} {r.preemptions}" for n, r in results.items()))
+    print("\ndecode step, roofline prediction vs measurement on this machine:")
+    for name in ("contiguous_static", "paged_continuous"):
+        p = predicted_decode(cfg, results[name])
+        if p:
+            print(f"  {name:<22} batch {p['batch']:5.1f}, context {p['context']:6.1f}: predicted "
+                  f"{p['predicted_s'] * 1e3:6.2f} ms (memory {p['memory_s'] * 1e3:.2f}, compute "
+                  f"{p['compute_s'] * 1e3:.2f}), measured median {p['measured_median_s'] * 1e3:6.2f} ms")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,206 @@
+"""Where K/V live: one preallocated pool tensor, and two ways of handing out its slots.
+
+The pool holds ``num_slots = num_blocks * block_size`` token slots, each storing every layer's key and value
+for one token, so its size in bytes is ``num_slots * cfg.kv_bytes_per_token(itemsize)`` whichever allocator
+carves it up:
+
+* :class:`ContiguousAllocator` gives each admitted sequence one unbroken run of slots long enough for its
+  prompt plus its whole ``max_tokens`` cap, found first-fit. Reserved-but-unused tail slots are wasted, and the
+  gaps between runs can be too short to use (external fragmentation).
+* :class:`PagedAllocator` gives out fixed-size blocks one at a time as a sequence grows. A sequence's
+  ``block_table`` maps its logical block i to a physical block; only its last block can be part empty.
+
+Both answer the same question - which slot holds token ``pos`` of sequence ``seq`` - so one attention path
+(:class:`KVPool`) serves both: it writes the step's new K/V to their slots and gathers each sequence's
+context back through the slot map.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+
+import torch
+import torch.nn.functional as F
+
+from stage5.engine.sequence import Sequence
+from stage5.models import ModelConfig
+
+
+class PagedAllocator:
+    """Fixed-size blocks with a free list and reference counts (a count above 1 means shared)."""
+
+    def __init__(self, num_blocks: int, block_size: int):
+        self.num_blocks, self.block_size = num_blocks, block_size
+        self.free: deque[int] = deque(range(num_blocks))
+        self.ref_count = [0] * num_blocks
+
+    @property
+    def num_slots(self) -> int:
+        return self.num_blocks * self.block_size
+
+    def blocks_for(self, num_tokens: int) -> int:
+        return -(-num_tokens // self.block_size)
+
+    def _take(self) -> int:
+        block = self.free.popleft()
+        assert self.ref_count[block] == 0, f"block {block} was on the free list while in use"
+        self.ref_count[block] = 1
+        return block
+
+    def _release(self, block: int) -> None:
+        self.ref_count[block] -= 1
+        assert self.ref_count[block] >= 0, f"block {block} released more often than taken"
+        if self.ref_count[block] == 0:
+            self.free.append(block)
+
+    def can_admit(self, seq: Sequence, running: int = 0) -> bool:
+        """Room for the prompt, plus one spare block per running sequence so they can keep growing.
+
+        Without that headroom the pool fills to the brim at every admission and the very next decode step
+        has to preempt someone, whose prompt is then computed twice.
+        """
+        return self.blocks_for(len(seq.tokens)) + running <= len(self.free)
+
+    def admit(self, seq: Sequence) -> None:
+        """Blocks for every token the coming prefill writes; nothing for tokens not yet generated."""
+        assert not seq.block_table
+        seq.block_table = [self._take() for _ in range(self.blocks_for(len(seq.tokens)))]
+
+    def can_grow(self, seq: Sequence) -> bool:
+        """Is there room to store K/V for all of ``seq.tokens`` (the next decode step's need)?"""
+        return self.blocks_for(len(seq.tokens)) <= len(seq.block_table) or len(self.free) > 0
+
+    def grow(self, seq: Sequence) -> None:
+        if self.blocks_for(len(seq.tokens)) > len(seq.block_table):
+            seq.block_table.append(self._take())
+
+    def release(self, seq: Sequence) -> None:
+        for block in reversed(seq.block_table):
+            self._release(block)
+        seq.block_table = []
+
+    def slots(self, seq: Sequence, positions: torch.Tensor) -> torch.Tensor:
+        table = torch.tensor(seq.block_table, dtype=torch.long)
+        return table[positions // self.block_size] * self.block_size + positions % self.block_size
+
+    def reserved(self, seq: Sequence) -> int:
+        return len(seq.block_table) * self.block_size
+
+    @property
+    def num_free_slots(self) -> int:
+        return len(self.free) * self.block_size
+
+
+class ContiguousAllocator:
+    """One run of ``prompt + max_tokens`` slots per sequence, placed first-fit, reserved at admission."""
+
+    def __init__(self, num_slots: int):
+        self.num_slots = num_slots
+        self.runs: dict[int, tuple[int, int]] = {}  # sequence id -> (start, length)
+
+    def _first_fit(self, length: int) -> int | None:
+        cursor = 0
+        for start, used in sorted(self.runs.values()):
+            if start - cursor >= length:
+                return cursor
+            cursor = start + used
+        return cursor if self.num_slots - cursor >= length else None
+
+    def can_admit(self, seq: Sequence, running: int = 0) -> bool:
+        return self._first_fit(seq.request.max_len) is not None
+
+    def admit(self, seq: Sequence) -> None:
+        start = self._first_fit(seq.request.max_len)
+        assert start is not None and seq.id not in self.runs
+        self.runs[seq.id] = (start, seq.request.max_len)
+        seq.start = start
+
+    def can_grow(self, seq: Sequence) -> bool:
+        return True  # the whole cap was reserved up front
+
+    def grow(self, seq: Sequence) -> None:
+        assert len(seq.tokens) <= self.runs[seq.id][1]
+
+    def release(self, seq: Sequence) -> None:
+        del self.runs[seq.id]
+        seq.start = None
+
+    def slots(self, seq: Sequence, positions: torch.Tensor) -> torch.Tensor:
+        return seq.start + positions
+
+    def reserved(self, seq: Sequence) -> int:
+        return self.runs[seq.id][1] if seq.id in self.runs else 0
+
+    @property
+    def num_free_slots(self) -> int:
+        return self.num_slots - sum(length for _, length in self.runs.values())
+
+
+class KVPool:
+    """The K/V storage tensor plus the attention backend that reads and writes it for one step at a time.
+
+    ``data[layer, 0 or 1, slot]`` is the key or value of one token: [kv_heads, head_dim].
+    Before each forward, :meth:`plan` is told which sequences run and where their tokens live.
+    """
+
+    def __init__(self, cfg: ModelConfig, num_slots: int, dtype: torch.dtype):
+        self.cfg = cfg
+        self.data = torch.zeros(cfg.num_layers, 2, num_slots, cfg.num_kv_heads, cfg.head_dim, dtype=dtype)
+
+    @property
+    def nbytes(self) -> int:
+        return self.data.numel() * self.data.element_size()
+
+    def plan(self, new_slots: list[torch.Tensor], context_slots: list[torch.Tensor]) -> None:
+        """Per running sequence: the slots its new tokens go to, and the slots of its whole context.
+
+        The new tokens are the tail of the context. Sequences feeding one token (decodes) and sequences
+        feeding several (prefills) are laid out as two separate padded groups, so a long prompt in the
+        same step does not pad every decode's single query up to the prompt's length.
+        """
+        self.write = torch.cat(new_slots)
+        offsets = [0]
+        for s in new_slots:
+            offsets.append(offsets[-1] + len(s))
+        decodes = [i for i, s in enumerate(new_slots) if len(s) == 1]
+        prefills = [i for i, s in enumerate(new_slots) if len(s) > 1]
+        self.groups = [self._group([new_slots[i] for i in g], [context_slots[i] for i in g], [offsets[i] for i in g])
+                       for g in (decodes, prefills) if g]
+
+    def _group(self, new_slots, context_slots, offsets) -> tuple[torch.Tensor, ...]:
+        n_new = [len(s) for s in new_slots]
+        n_ctx = [len(s) for s in context_slots]
+        batch, q_max, k_max = len(n_new), max(n_new), max(n_ctx)
+        read = torch.zeros(batch, k_max, dtype=torch.long)
+        q_index = torch.zeros(batch, q_max, dtype=torch.long)
+        q_valid = torch.zeros(batch, q_max, dtype=torch.bool)
+        mask = torch.zeros(batch, 1, q_max, k_max, dtype=torch.bool)
+        for b, (new, ctx, offset) in enumerate(zip(n_new, n_ctx, offsets, strict=True)):
+            read[b, :ctx] = context_slots[b]
+            q_index[b, :new] = torch.arange(offset, offset + new)
+            q_valid[b, :new] = True
+            first = ctx - new  # position of this sequence's first new token
+            mask[b, 0, :new, :ctx] = torch.arange(ctx)[None, :] <= torch.arange(first, ctx)[:, None]
+        mask[:, 0, :, 0] |= ~q_valid  # padding rows attend to one key, so softmax stays finite
+        # one copy of the mask per query head sharing a KV head (see the folding in attend)
+        return read, q_index, q_valid, mask.repeat(1, 1, self.cfg.num_heads // self.cfg.num_kv_heads, 1)
+
+    def attend(self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        store = self.data[layer]
+        store[0, self.write] = k
+        store[1, self.write] = v
+        out = torch.empty_like(q)
+        for read, q_index, q_valid, mask in self.groups:
+            keys = store[0][read].transpose(1, 2)  # [batch, kv_heads, k_max, dim]
+            values = store[1][read].transpose(1, 2)
+            batch, kv_heads, _, dim = keys.shape
+            group = q.shape[1] // kv_heads
+            # Grouped-query attention without copying K/V: the `group` query heads sharing a KV head are
+            # stacked along the query axis, so each KV head is read once for all of them.
+            queries = q[q_index].transpose(1, 2)  # [batch, heads, q_max, dim]
+            q_max = queries.shape[2]
+            folded = queries.reshape(batch, kv_heads, group * q_max, dim)
+            result = F.scaled_dot_product_attention(folded, keys, values, attn_mask=mask)
+            result = result.reshape(batch, kv_heads * group, q_max, dim).transpose(1, 2)
+            out[q_index[q_valid]] = result[q_valid]
+        return out
