@@ -4,7 +4,9 @@
 * ``sequence.py``    - ``Request`` (what a client sends) and ``Sequence`` (what the engine tracks);
 * ``kv.py``          - the K/V pool tensor, the contiguous and the paged allocator;
 * ``engine.py``      - ``Engine(model, cfg, allocator=..., scheduler=...).run(requests) -> RunResult``;
+* ``prefix.py``      - ``PrefixCachingAllocator``: chained-hash full blocks, shared by reference count, LRU;
+* ``speculative.py`` - ``accept_or_resample``, ``SpeculativeEngine``, the draft-model and prompt-lookup drafters;
 * ``workload.py``    - ``make_workload(n, seed)``, seeded long-tailed traffic;
 * ``checkpoints.py`` - ``load_target()`` / ``load_draft()``, the trained byte-level models;
-* ``bench.py``       - ``python -m stage5 bench``.
+* ``bench.py``       - ``python -m stage5 bench`` (``bench_prefix.py``, ``bench_spec.py``: ``bench prefix|spec``).
 """

@@ -70,9 +70,14 @@ def _table(results: dict[str, RunResult]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    if argv and argv[0] in ("prefix", "spec"):
-        print(f"bench {argv[0]}: not implemented yet", file=sys.stderr)
-        return 2
+    if argv and argv[0] == "prefix":
+        from stage5.engine.bench_prefix import main as prefix_main
+
+        return prefix_main(argv[1:])
+    if argv and argv[0] == "spec":
+        from stage5.engine.bench_spec import main as spec_main
+
+        return spec_main(argv[1:])
     parser = argparse.ArgumentParser(prog="python -m stage5 bench", description=__doc__.splitlines()[0])
     parser.add_argument("--requests", type=int, default=WorkloadSpec.n, help="number of requests")
     parser.add_argument("--seed", type=int, default=0, help="workload seed")

@@ -1,7 +1,9 @@
 """The serving loop: one engine, two pluggable parts, so each change can be measured on its own.
 
 * ``allocator="contiguous" | "paged"`` - how the K/V pool is carved up (see :mod:`stage5.engine.kv`);
-* ``scheduler="static" | "continuous"`` - when waiting requests may join the running batch.
+* ``scheduler="static" | "continuous"`` - when waiting requests may join the running batch;
+* ``prefix_caching=True`` (paged only) - full blocks are shared between requests whose prompts begin with
+  the same tokens (see :mod:`stage5.engine.prefix`); admission then feeds only the uncached tail.
 
 **A step is one forward pass of the model over every running sequence.** Each sequence feeds the tokens
 whose K/V it has not stored yet - its whole prompt if it was admitted this step, otherwise just its newest
@@ -29,6 +31,7 @@ import torch
 
 from stage5.engine.kv import ContiguousAllocator, KVPool, PagedAllocator
 from stage5.engine.model import Transformer
+from stage5.engine.prefix import PrefixCachingAllocator
 from stage5.engine.sequence import Request, Sequence
 from stage5.models import ModelConfig
 
@@ -51,6 +54,32 @@ class RunResult:
     step_context: list[int] = field(repr=False)  # per step: K/V tokens the batch attended over
     step_s: list[float] = field(repr=False)  # per step: seconds (not deterministic)
     logits: dict[int, list[torch.Tensor]] | None = field(default=None, repr=False)
+    prefix_caching: bool = False
+    prefill_tokens_computed: int = 0  # tokens fed at admissions (recomputes after preemption included)
+    prefill_tokens_skipped: int = 0  # tokens found in the prefix cache at admissions
+    ttft_steps: dict[int, int] = field(default_factory=dict, repr=False)  # id -> step (1-based) of 1st token
+    ttft_s: dict[int, float] = field(default_factory=dict, repr=False)  # id -> seconds from start to 1st token
+
+    @property
+    def hit_rate(self) -> float:
+        """Share of the prompt tokens fed at admissions that the prefix cache already held."""
+        total = self.prefill_tokens_computed + self.prefill_tokens_skipped
+        return self.prefill_tokens_skipped / total if total else 0.0
+
+    @property
+    def mean_ttft_steps(self) -> float:
+        return sum(self.ttft_steps.values()) / len(self.ttft_steps) if self.ttft_steps else 0.0
+
+    @property
+    def mean_ttft_s(self) -> float:
+        return sum(self.ttft_s.values()) / len(self.ttft_s) if self.ttft_s else 0.0
+
+    def prefix_metrics(self) -> dict[str, float | int]:
+        """The numbers ``bench prefix`` reports (all deterministic except the ``_s`` ones)."""
+        return {"hit_rate": self.hit_rate, "prefill_tokens_computed": self.prefill_tokens_computed,
+                "prefill_tokens_skipped": self.prefill_tokens_skipped, "mean_ttft_steps": self.mean_ttft_steps,
+                "mean_ttft_s": self.mean_ttft_s, "tokens_per_s": self.tokens_per_s, "steps": self.steps,
+                "wall_s": self.wall_s}
 
     @property
     def tokens_per_step(self) -> float:
@@ -72,19 +101,26 @@ class Engine:
 
     def __init__(self, model: Transformer, cfg: ModelConfig, allocator: str = "paged",
                  scheduler: str = "continuous", num_blocks: int = 256, block_size: int = 16,
-                 max_batch: int = 64, record_logits: bool = False):
+                 max_batch: int = 64, record_logits: bool = False, prefix_caching: bool = False):
         if allocator not in ("paged", "contiguous"):
             raise ValueError(f"allocator must be 'paged' or 'contiguous', got {allocator!r}")
         if scheduler not in ("continuous", "static"):
             raise ValueError(f"scheduler must be 'continuous' or 'static', got {scheduler!r}")
+        if prefix_caching and allocator != "paged":
+            raise ValueError("prefix caching shares paged blocks; it needs allocator='paged'")
         if model.cfg != cfg:
             raise ValueError(f"model was built for {model.cfg.name}, not {cfg.name}")
         self.model, self.cfg = model, cfg
         self.allocator_name, self.scheduler_name = allocator, scheduler
         self.max_batch, self.record_logits = max_batch, record_logits
-        self.block_size = block_size
+        self.block_size, self.prefix_caching = block_size, prefix_caching
         num_slots = num_blocks * block_size
-        self.alloc = PagedAllocator(num_blocks, block_size) if allocator == "paged" else ContiguousAllocator(num_slots)
+        if prefix_caching:
+            self.alloc = PrefixCachingAllocator(num_blocks, block_size)
+        elif allocator == "paged":
+            self.alloc = PagedAllocator(num_blocks, block_size)
+        else:
+            self.alloc = ContiguousAllocator(num_slots)
         self.pool = KVPool(cfg, num_slots, next(model.parameters()).dtype)
 
     # ---------------------------------------------------------------------------------- scheduling
@@ -96,8 +132,10 @@ class Engine:
         while (self.waiting and len(self.running) < self.max_batch
                and self.alloc.can_admit(self.waiting[0], len(self.running))):
             seq = self.waiting.popleft()
-            self.alloc.admit(seq)
             seq.num_cached = 0
+            self.alloc.admit(seq)  # a prefix-caching allocator raises num_cached to the tokens it found
+            self.prefill_skipped += seq.num_cached
+            self.prefill_computed += len(seq.tokens) - seq.num_cached
             self.running.append(seq)
             admitted.append(seq)
         return admitted
@@ -136,6 +174,8 @@ class Engine:
         logits = self.model(torch.cat(tokens), torch.cat(positions), self.pool, select=torch.tensor(last))
         for seq, row in zip(batch, logits, strict=True):
             seq.num_cached = len(seq.tokens)
+            if self.prefix_caching:
+                self.alloc.register_full_blocks(seq, seq.num_cached)
             if self.record_logits:
                 self.logits.setdefault(seq.id, []).append(row.clone())
         return logits.argmax(dim=-1).tolist()
@@ -160,6 +200,9 @@ class Engine:
         self.waiting: deque[Sequence] = deque(Sequence(r) for r in requests)
         self.running: list[Sequence] = []
         self.preemptions, self.logits = 0, {}
+        self.prefill_computed = self.prefill_skipped = 0
+        ttft_steps: dict[int, int] = {}
+        ttft_s: dict[int, float] = {}
         outputs: dict[int, list[int]] = {}
         trace: list[tuple[str, tuple[int, ...]]] = []
         utilization: list[float] = []
@@ -186,6 +229,8 @@ class Engine:
             for seq, token in zip(batch, next_tokens, strict=True):
                 seq.tokens.append(token)
                 produced += 1
+                if seq.id not in ttft_steps:
+                    ttft_steps[seq.id], ttft_s[seq.id] = len(trace), time.perf_counter() - t0
                 if seq.finished:
                     self.running.remove(seq)
                     self.alloc.release(seq)
@@ -197,4 +242,6 @@ class Engine:
             peak_running=peak, preemptions=self.preemptions, wall_s=wall,
             outputs={r.id: outputs[r.id] for r in requests}, trace=trace,
             step_context=step_context, step_s=step_s,
-            logits=self.logits if self.record_logits else None)
+            logits=self.logits if self.record_logits else None, prefix_caching=self.prefix_caching,
+            prefill_tokens_computed=self.prefill_computed, prefill_tokens_skipped=self.prefill_skipped,
+            ttft_steps=ttft_steps, ttft_s=ttft_s)

@@ -51,6 +51,7 @@ class Sequence:
     num_cached: int = 0
     block_table: list[int] = field(default_factory=list)  # paged allocator: physical block ids, in order
     start: int | None = None  # contiguous allocator: first slot of this sequence's run
+    block_hashes: list[int] = field(default_factory=list)  # prefix caching: chained hashes of its full blocks
 
     def __post_init__(self) -> None:
         if not self.tokens:

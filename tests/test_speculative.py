@@ -1,0 +1,214 @@
+"""Speculative decoding: greedy output equals the target's; sampled output follows the target distribution."""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import replace
+
+import pytest
+import torch
+
+from stage5.engine.checkpoints import checkpoint_path, corpus_split, load_draft, load_target
+from stage5.engine.model import Transformer, generate
+from stage5.engine.sequence import Request
+from stage5.engine.speculative import (
+    DraftModelDrafter,
+    PromptLookupDrafter,
+    SpeculativeEngine,
+    accept_or_resample,
+    verify,
+)
+from tests.test_engine import CFG, make_model, make_requests
+
+torch.set_num_threads(1)
+
+BLOCK = 8
+DRAFT_CFG = replace(CFG, name="tiny-draft", hidden_size=16, num_layers=1, num_heads=2, num_kv_heads=1,
+                    intermediate_size=24)
+
+
+@pytest.fixture(scope="module")
+def model64():
+    return make_model(torch.float64)
+
+
+@pytest.fixture(scope="module")
+def draft64():
+    torch.manual_seed(5)
+    model = Transformer(DRAFT_CFG).double().eval()
+    for p in model.parameters():
+        p.data.normal_(0, 0.3)
+    return model
+
+
+@pytest.fixture(scope="module")
+def requests():
+    return make_requests()
+
+
+@pytest.fixture(scope="module")
+def reference(model64, requests):
+    return {r.id: generate(model64, list(r.prompt), r.output_len) for r in requests}
+
+
+def drafters(model64, draft64):
+    return {"same_model": DraftModelDrafter(model64, CFG, 40, BLOCK),
+            "weak_model": DraftModelDrafter(draft64, DRAFT_CFG, 40, BLOCK),
+            "prompt_lookup": PromptLookupDrafter()}
+
+
+@pytest.mark.parametrize("k", [1, 3, 6])
+def test_greedy_speculation_equals_target_greedy(model64, draft64, requests, reference, k):
+    for name, drafter in drafters(model64, draft64).items():
+        engine = SpeculativeEngine(model64, CFG, drafter, k=k, num_blocks=40, block_size=BLOCK, max_batch=6)
+        forward = engine.runner.forward
+
+        def checked(batch, forward=forward, engine=engine):
+            tables = [b for s in batch for b in s.block_table]
+            assert len(tables) == len(set(tables)), "a block is in two tables"
+            return forward(batch)
+
+        engine.runner.forward = checked
+        result = engine.run(requests)
+        for r in requests:
+            assert result.outputs[r.id] == reference[r.id], (name, k, r.id)
+        assert result.output_tokens == sum(r.output_len for r in requests)
+        # no leaks: every block of the target's pool, and of the draft model's, is back on its free list
+        assert sorted(engine.alloc.free) == list(range(40)) and not any(engine.alloc.ref_count)
+        if isinstance(drafter, DraftModelDrafter):
+            assert len(drafter.runner.alloc.free) == 40 and not drafter.shadows
+        if name == "same_model":
+            assert result.alpha == 1.0 and result.tokens_per_verification == k + 1
+            assert result.steps < sum(r.output_len for r in requests)
+
+
+def test_rejected_slots_are_released(model64, draft64):
+    engine = SpeculativeEngine(model64, CFG, DraftModelDrafter(draft64, DRAFT_CFG, 40, BLOCK), k=6,
+                               num_blocks=40, block_size=BLOCK, max_batch=1)
+    truncate = engine.runner.truncate
+    freed = []
+
+    def watched(seq, keep_tokens, keep_cached):
+        before = len(seq.block_table)
+        truncate(seq, keep_tokens, keep_cached)
+        assert len(seq.block_table) == -(-keep_tokens // BLOCK)  # exactly the blocks the kept tokens need
+        freed.append(before - len(seq.block_table))
+
+    engine.runner.truncate = watched
+    result = engine.run([Request(0, (1, 2, 3, 4, 5, 6, 7), 40)])
+    assert result.alpha < 0.5 and sum(freed) > 0  # the weak drafter is rejected often; whole blocks come back
+
+
+# ------------------------------------------------------------------------------ statistics
+def wrong_resample_from_target(p, q, x, g):
+    """Bug: on rejection draw from p itself instead of the residual max(p - q, 0)."""
+    accepted, token = accept_or_resample(p, q, x, g)
+    return (True, x) if accepted else (False, int(torch.multinomial(p, 1, generator=g)))
+
+
+def wrong_accept_with_p(p, q, x, g):
+    """Bug: accept with probability p(x), ignoring the draft's own probability."""
+    if torch.rand((), generator=g, dtype=p.dtype) < p[x]:
+        return True, x
+    residual = torch.clamp(p - q, min=0)
+    return False, int(torch.multinomial(residual / residual.sum(), 1, generator=g))
+
+
+def wrong_inverted_ratio(p, q, x, g):
+    """Bug: accept with min(1, q(x) / p(x))."""
+    if torch.rand((), generator=g, dtype=p.dtype) < torch.clamp(q[x] / p[x], max=1):
+        return True, x
+    residual = torch.clamp(p - q, min=0)
+    return False, int(torch.multinomial(residual / residual.sum(), 1, generator=g))
+
+
+def ratio_without_min(p, q, x, g):
+    """Accept when u < p(x) / q(x) with no min: u < 1 always, so this is the correct rule in disguise."""
+    if torch.rand((), generator=g, dtype=p.dtype) < p[x] / q[x]:
+        return True, x
+    residual = torch.clamp(p - q, min=0)
+    return False, int(torch.multinomial(residual / residual.sum(), 1, generator=g))
+
+
+# a 3-token Markov chain for the target and a quite different one for the drafter
+P = torch.tensor([[0.6, 0.3, 0.1], [0.2, 0.2, 0.6], [0.1, 0.7, 0.2]], dtype=torch.float64)
+Q = torch.tensor([[0.2, 0.3, 0.5], [0.6, 0.3, 0.1], [0.3, 0.3, 0.4]], dtype=torch.float64)
+LENGTH, K, SAMPLES, SEED = 3, 2, 3000, 0
+
+
+def speculative_chain(rule, samples: int = SAMPLES, seed: int = SEED) -> torch.Tensor:
+    """Empirical distribution over the 27 three-token continuations of state 0, drawn speculatively."""
+    g = torch.Generator().manual_seed(seed)
+    counts = torch.zeros(3 ** LENGTH, dtype=torch.float64)
+    for _ in range(samples):
+        out = [0]
+        while len(out) < LENGTH + 1:
+            drafts, prev = [], out[-1]
+            for _ in range(K):
+                prev = int(torch.multinomial(Q[prev], 1, generator=g))
+                drafts.append(prev)
+            context = [out[-1]] + drafts
+            out += verify(P[context], Q[context[:-1]], drafts, g, rule)
+        a, b, c = out[1:LENGTH + 1]
+        counts[9 * a + 3 * b + c] += 1
+    return counts / samples
+
+
+def chain_truth() -> torch.Tensor:
+    truth = torch.zeros(27, dtype=torch.float64)
+    for a, b, c in itertools.product(range(3), repeat=3):
+        truth[9 * a + 3 * b + c] = P[0, a] * P[a, b] * P[b, c]
+    return truth
+
+
+def tv(p: torch.Tensor, q: torch.Tensor) -> float:
+    return float((p - q).abs().sum() / 2)
+
+
+TV_LIMIT = 0.1  # the right rule gives 0.026-0.040 at 3000 samples (seeds 0-2); the wrong ones 0.21-0.61
+
+
+def test_right_rule_reproduces_target_and_wrong_rules_fail_on_a_synthetic_chain():
+    truth = chain_truth()
+    assert tv(speculative_chain(accept_or_resample), truth) < TV_LIMIT
+    for wrong in (wrong_resample_from_target, wrong_accept_with_p, wrong_inverted_ratio):
+        assert tv(speculative_chain(wrong), truth) > TV_LIMIT, wrong.__name__
+    # dropping the min changes nothing: a uniform draw is below 1 anyway
+    assert torch.equal(speculative_chain(ratio_without_min, 300), speculative_chain(accept_or_resample, 300))
+
+
+def wrong_rule_outputs(p: torch.Tensor, q: torch.Tensor) -> list[torch.Tensor]:
+    """What the two wrong rules produce in exact arithmetic (one drafted token x ~ q)."""
+    residual = torch.clamp(p - q, min=0)
+    residual = residual / residual.sum()
+    overlap = torch.minimum(p, q)
+    return [overlap + (1 - overlap.sum()) * p, q * p + (1 - (q * p).sum()) * residual]
+
+
+@pytest.mark.skipif(not checkpoint_path("draft").exists(), reason="checkpoints not trained")
+def test_rule_on_the_trained_pair_at_temperature_one():
+    target, _ = load_target()
+    draft, _ = load_draft()
+    held_out = corpus_split()[1]
+    contexts = torch.stack([torch.tensor(list(held_out[i:i + 48])) for i in range(0, 8000, 100)])
+    with torch.no_grad():
+        ps = torch.softmax(target.score(contexts)[:, -1].double(), -1)
+        qs = torch.softmax(draft.score(contexts)[:, -1].double(), -1)
+    # the context where the wrong rules are furthest from the target is where a test has most power
+    gaps = [min(tv(w, p) for w in wrong_rule_outputs(p, q)) for p, q in zip(ps, qs, strict=True)]
+    best = max(range(len(gaps)), key=gaps.__getitem__)
+    p, q, limit = ps[best], qs[best], gaps[best] / 2
+    assert limit > 0.06
+    support = torch.nonzero(p + q > 0.02).flatten()  # bins with visible mass; the rest pooled into one
+
+    def pool(dist):
+        return torch.cat([dist[support], dist.sum(0, keepdim=True) - dist[support].sum(0, keepdim=True)])
+
+    def histogram(rule, n=3000):
+        g = torch.Generator().manual_seed(1)
+        tokens = [rule(p, q, int(torch.multinomial(q, 1, generator=g)), g)[1] for _ in range(n)]
+        return pool(torch.bincount(torch.tensor(tokens), minlength=p.numel()).double() / n)
+
+    assert tv(histogram(accept_or_resample), pool(p)) < limit
+    for wrong in (wrong_resample_from_target, wrong_accept_with_p):
+        assert tv(histogram(wrong), pool(p)) > limit, wrong.__name__
