@@ -212,3 +212,47 @@ def test_rule_on_the_trained_pair_at_temperature_one():
     assert tv(histogram(accept_or_resample), pool(p)) < limit
     for wrong in (wrong_resample_from_target, wrong_accept_with_p):
         assert tv(histogram(wrong), pool(p)) > limit, wrong.__name__
+
+
+@pytest.mark.skipif(not checkpoint_path("draft").exists(), reason="checkpoints not trained")
+def test_speculative_engine_samples_from_the_target_on_the_trained_pair():
+    """Through the whole engine at temperature 1: the token decided by draft-then-verify follows the target.
+
+    With k = 1 and max_tokens = 3, the first new token comes from the prefill pass and the second from one
+    draft-and-verify round, so the second token given the first is exactly what the rule decides. The prompt
+    is the held-out context where a wrong rule would move that distribution furthest, and the same engine run
+    with a wrong rule must fail the same check.
+    """
+    target, tcfg = load_target()
+    draft, dcfg = load_draft()
+    held_out = corpus_split()[1]
+    best = None
+    with torch.no_grad():
+        for i in range(0, 6000, 150):
+            ctx = list(held_out[i:i + 40])
+            first = int(target.score(torch.tensor([ctx]))[0, -1].argmax())
+            ctx2 = torch.tensor([ctx + [first]])
+            p = torch.softmax(target.score(ctx2)[0, -1].double(), -1)
+            q = torch.softmax(draft.score(ctx2)[0, -1].double(), -1)
+            p_first = float(torch.softmax(target.score(torch.tensor([ctx]))[0, -1].double(), -1)[first])
+            gap = min(tv(w, p) for w in wrong_rule_outputs(p, q))
+            if p_first > 0.5 and (best is None or gap > best[0]):
+                best = (gap, ctx, first, p)
+    gap, ctx, first, p = best
+    limit = gap / 2
+    assert limit > 0.05
+    support = torch.nonzero(p > 0.02).flatten()
+
+    def pooled(dist: torch.Tensor) -> torch.Tensor:
+        return torch.cat([dist[support], (1 - dist[support].sum()).reshape(1)])
+
+    def second_tokens(rule, n=1200) -> torch.Tensor:
+        engine = SpeculativeEngine(target, tcfg, DraftModelDrafter(draft, dcfg, num_blocks=512), k=1,
+                                   temperature=1.0, seed=3, num_blocks=512, max_batch=96, rule=rule)
+        result = engine.run([Request(i, tuple(ctx), 3) for i in range(n)])
+        seconds = [out[1] for out in result.outputs.values() if out[0] == first]
+        assert len(seconds) > n // 3
+        return pooled(torch.bincount(torch.tensor(seconds), minlength=p.numel()).double() / len(seconds))
+
+    assert tv(second_tokens(accept_or_resample), pooled(p)) < limit
+    assert tv(second_tokens(wrong_resample_from_target), pooled(p)) > limit
