@@ -34,9 +34,11 @@ lint: $(STAMP)
 figures: $(STAMP)
 	$(PY) -m stage5 figures
 
+# make grade ASSIGNMENT=ex03 grades another exercise (default ex01).
+ASSIGNMENT ?= ex01
 grade: $(STAMP)
-	@echo "==> autograding every submission in grader/inbox"
-	$(PY) grader/grade.py
+	@echo "==> autograding every $(ASSIGNMENT) submission in grader/inbox"
+	$(PY) grader/grade.py --assignment $(ASSIGNMENT)
 
 lab: $(STAMP)
 	$(VENV)/bin/jupyter lab --allow-root

@@ -1,0 +1,67 @@
+"""Regenerate the ex02 (toy serving loop) fixture submissions from the committed release and the solution.
+
+Run ``.venv/bin/python tests/submissions/make_fixtures_ex02.py`` after changing ``solutions/ex02`` (and
+regenerating its release). Each wrong build carries one misconception from the exercise; ``EXPECTED`` in
+tests/test_grading_ex02.py lists the score each earns and the words its feedback must contain.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from make_fixtures_ex03 import _gid, _src, fill, solved
+
+REPO = Path(__file__).resolve().parents[2]
+HERE = Path(__file__).resolve().parent
+
+WRITTEN = ("Paging gave most of the gain: the contiguous cache fits three requests in the pool because it holds "
+           "room for the whole cap, the paged one fits sixteen.")
+
+
+def answer_source(good, gid, *replacements):
+    """The solution's answer cell ``gid`` with text replaced (each pair must match exactly once)."""
+    src = next(_src(c) for c in good["cells"] if _gid(c) == gid)
+    for old, new in replacements:
+        assert src.count(old) == 1, old
+        src = src.replace(old, new)
+    return src
+
+
+def ex02():
+    good = solved("ex02", {"p4_written": WRITTEN})
+    blank = json.loads((REPO / "exercises" / "ex02" / "ex02.ipynb").read_text())
+    leaked = answer_source(good, "paged_answer", (
+        "        for block in seq.block_table:\n            self.blocks.free(block)\n", ""))
+    off_by_one = answer_source(good, "paged_answer", (
+        "return -(-num_tokens // self.block_size)", "return num_tokens // self.block_size + 1"))
+    reserve_max = answer_source(good, "paged_answer", (
+        "range(self.blocks_for(len(seq.tokens)))]", "range(self.blocks_for(seq.request.max_len))]"))
+    waits = answer_source(good, "serve_answer", ("        if continuous or not running:\n",
+                                                 "        if not running:  # admit a new batch\n"))
+    delegates = ("from stage5.engine.kv import PagedAllocator\n\n\n"
+                 "class PagedCache(PagedAllocator):\n"
+                 "    \"\"\"The course's own allocator, renamed.\"\"\"\n")
+    return {
+        "solved": good,
+        "blank": blank,
+        "leaked_block": fill(good, paged_answer=leaked),
+        "off_by_one": fill(good, paged_answer=off_by_one),
+        "reserves_max": fill(good, paged_answer=reserve_max),
+        "waits_for_batch": fill(good, serve_answer=waits),
+        "delegates": fill(good, paged_answer=delegates),
+    }
+
+
+def build():
+    out = HERE / "ex02"
+    out.mkdir(parents=True, exist_ok=True)
+    for old in out.glob("*.ipynb"):
+        old.unlink()
+    for name, nb in ex02().items():
+        (out / f"{name}_ex02.ipynb").write_text(json.dumps(nb, indent=1, ensure_ascii=False) + "\n")
+
+
+if __name__ == "__main__":
+    build()
+    print("\n".join(sorted(str(p.relative_to(HERE)) for p in (HERE / "ex02").glob("*.ipynb"))))

@@ -1,0 +1,135 @@
+"""ex02 (a toy serving loop, bad version first), graded end to end.
+
+The fixtures in tests/submissions/ex02 (built by tests/submissions/make_fixtures_ex02.py) are graded once per
+module: the solution scores full marks, the blank release zero, and each wrong build (a leaked block, an
+off-by-one at a block boundary, a "paged" cache that reserves the whole cap, a "continuous" scheduler that waits
+for the batch, a cache that borrows the reference allocator) scores below full with feedback naming its mistake.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import re
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO / "grader"))
+
+from workflow import Course  # noqa: E402
+
+AUTO_MAX = (14, 4)  # (autograded points, points marked by hand)
+ALL = {"p1_contiguous_cache", "p1_static_loop", "p2_block_allocator", "p2_block_tables", "p2_paged_static",
+       "p3_continuous", "p3_preemption", "p4_table", "p4_lever"}
+PAGED = {"p2_block_tables", "p2_paged_static", "p3_continuous", "p3_preemption"}
+
+# student: (score, failed checks, words the feedback must contain)
+EXPECTED = {
+    "solved": (14, set(), []),
+    "blank": (0, ALL, ["NotImplementedError"]),
+    "leaked_block": (6, PAGED | {"p4_table"}, ["leaked blocks"]),
+    "off_by_one": (12, {"p2_block_tables"}, ["off-by-one at a block boundary"]),
+    "reserves_max": (6, PAGED | {"p4_table"}, ["reserves the whole max_tokens cap"]),
+    "waits_for_batch": (11, {"p3_continuous", "p4_table"}, ["still waits for the batch to finish"]),
+    "delegates": (7, PAGED, ["switched off while your code is graded"]),
+}
+
+
+@pytest.fixture(scope="module")
+def graded(tmp_path_factory):
+    root = tmp_path_factory.mktemp("class2")
+    course = Course(root / "work")
+    inbox = root / "inbox"
+    shutil.copytree(REPO / "tests" / "submissions" / "ex02", inbox)
+    return course, {r.student: r for r in course.grade(inbox, "ex02")}
+
+
+def _feedback_text(course, student):
+    path = Path(course.config.CourseDirectory.feedback_directory) / student / "ex02" / "ex02.html"
+    return html.unescape(re.sub(r"<[^>]+>", "", path.read_text()))
+
+
+def test_every_student_is_graded(graded):
+    _, results = graded
+    assert set(results) == set(EXPECTED)
+
+
+@pytest.mark.parametrize("student", sorted(EXPECTED))
+def test_scores_and_failed_checks(graded, student):
+    _, results = graded
+    score, failed, _ = EXPECTED[student]
+    r = results[student]
+    assert (r.auto_max, r.manual_pending) == AUTO_MAX
+    assert r.status == "ok" and r.score == score, r.line()
+    assert set(r.failed) == failed, r.line()
+    assert r.seconds < 60, f"{r.line()}: autograding took {r.seconds:.1f} s"
+
+
+@pytest.mark.parametrize("student", sorted(s for s, v in EXPECTED.items() if v[2]))
+def test_feedback_names_the_misconception(graded, student):
+    course, _ = graded
+    text = _feedback_text(course, student)
+    for words in EXPECTED[student][2]:
+        assert words in text, f"{student}: feedback lacks {words!r}"
+
+
+@pytest.mark.parametrize("student", ["waits_for_batch", "leaked_block", "blank"])
+def test_feedback_hides_hidden_tests(graded, student):
+    course, _ = graded
+    text = _feedback_text(course, student)
+    for secret in ("BEGIN HIDDEN TESTS", "reference_run", "small_workload(20, seed=11)", "MARK SCHEME"):
+        assert secret not in text
+
+
+def test_committed_release_matches_solutions(graded):
+    course, _ = graded
+    fresh = json.loads((course.work / "release" / "ex02" / "ex02.ipynb").read_text())
+    committed = json.loads((REPO / "exercises" / "ex02" / "ex02.ipynb").read_text())
+    assert fresh == committed, "exercises/ex02 is stale: run `.venv/bin/python grader/grade.py release --assignment ex02`"
+
+
+def test_release_has_no_answers_and_installs_stage5():
+    text = (REPO / "exercises" / "ex02" / "ex02.ipynb").read_text()
+    for secret in ("BEGIN SOLUTION", "HIDDEN TESTS", "MARK SCHEME", "reference_run", "check_metrics",
+                   "free_list.popleft", "-(-num_tokens"):
+        assert secret not in text
+    nb = json.loads(text)
+    setup = next(c for c in nb["cells"] if c["cell_type"] == "code")
+    ex01 = json.loads((REPO / "exercises" / "ex01" / "ex01.ipynb").read_text())
+    ex01_setup = "".join(next(c for c in ex01["cells"] if c["cell_type"] == "code")["source"])
+    assert "".join(setup["source"]).startswith(ex01_setup.split("import math")[0])
+
+
+def test_solution_matches_the_reference_engine_in_process():
+    """The solution's serve() equals stage5.engine's Engine step for step on another workload, all four builds."""
+    from stage5.engine.engine import Engine
+    from stage5.exercise_support import small_workload, tiny_model
+    from stage5.grading import SERVING_BLOCKED, unavailable
+
+    nb = json.loads((REPO / "solutions" / "ex02" / "ex02.ipynb").read_text())
+    ns: dict = {}
+    for cell in nb["cells"]:
+        gid = cell["metadata"].get("nbgrader", {}).get("grade_id", "")
+        if gid == "setup" or gid.endswith("_answer") and gid not in ("measure_answer", "lever_answer"):
+            exec("".join(cell["source"]), ns)  # noqa: S102 - our own solution notebook
+    model, requests = tiny_model(seed=3), small_workload(16, seed=5, max_tokens=64)
+    for allocator in ("contiguous", "paged"):
+        for scheduler in ("static", "continuous"):
+            ref = Engine(model, model.cfg, allocator, scheduler, num_blocks=30, block_size=8, max_batch=6).run(requests)
+            cache = ns["ContiguousCache"](240) if allocator == "contiguous" else ns["PagedCache"](30, 8)
+            with unavailable(*SERVING_BLOCKED):
+                got = ns["serve"](model, requests, cache, continuous=scheduler == "continuous", max_batch=6)
+            assert got.outputs == ref.outputs
+            assert got.trace == ref.trace, (allocator, scheduler)
+            assert got.kv_utilization == pytest.approx(ref.kv_utilization)
+            assert got.preemptions == ref.preemptions
+
+
+def test_readme_lists_ex02():
+    readme = (REPO / "README.md").read_text()
+    row = next(line for line in readme.splitlines() if line.startswith("| `exercises/ex02`"))
+    assert "hours" in row or "hour" in row
