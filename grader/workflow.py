@@ -9,6 +9,7 @@ gradebook and noted; a submission nbgrader cannot grade at all is recorded with 
 from __future__ import annotations
 
 import csv
+import html
 import json
 import re
 import shutil
@@ -166,6 +167,11 @@ class Course:
             out = api.generate_feedback(r.assignment, r.student, force=True)
             if not out["success"]:
                 r.reasons.append(f"no feedback: {_last_line(out.get('error', ''))}")
+
+    def feedback_text(self, student: str, assignment: str) -> str:
+        """The text a learner reads in their feedback file (HTML tags removed), for checking what it reveals."""
+        path = Path(self.config.CourseDirectory.feedback_directory) / student / assignment / f"{assignment}.html"
+        return html.unescape(re.sub(r"<[^>]+>", "", path.read_text()))
 
     def scores(self, results: list[Result]) -> None:
         """Fill score, maxima and failed checks from the gradebook."""
