@@ -253,3 +253,81 @@ for _pid, ((_lo, _hi), _unit, _desc) in published.RANGES.items():
     _fig(f"{_pid}_hi", _unit, f"{_desc}, high end (published)")(lambda v=_hi: v)
 for _pid, (_value, _unit, _desc) in published.SINGLE.items():
     _fig(_pid, _unit, f"{_desc} (published)")(lambda v=_value: v)
+
+# ======================================================================================= book chapters 4-5
+# Batching and PagedAttention, on the anchor deployment. The toy engine's measurements are not here: the
+# chapters run the engine during the build and glue what it measured.
+BATCH_CONTEXT, BATCH_DEMO, STRAGGLER_BATCH = 1024, 64, 32  # chapter 4's context, example batch, straggler batch
+PAGED_PROMPT, PAGED_OUTPUT, PAGED_BLOCK = 1024, 256, 16  # chapter 5's request shape and block size
+
+
+def _batch_step_s(batch: int) -> float:
+    return float(cost.decode_step(_four(), batch, BATCH_CONTEXT).time_s)
+
+
+_fig("batching_step_ms_b1_s1024", "ms", "decode step at batch 1, 1,024-token context, 4xH100")(
+    lambda: 1e3 * _batch_step_s(1))
+_fig("batching_step_ms_b64_s1024", "ms", "decode step at batch 64, 1,024-token contexts, 4xH100")(
+    lambda: 1e3 * _batch_step_s(BATCH_DEMO))
+_fig("batching_throughput_gain_b64_s1024", "x", "decode throughput at batch 64 over batch 1, 1,024-token contexts")(
+    lambda: BATCH_DEMO * _batch_step_s(1) / _batch_step_s(BATCH_DEMO))
+_fig("batching_tpot_rise_pct_b64_s1024", "%", "TPOT increase from batch 1 to batch 64, 1,024-token contexts")(
+    lambda: 100 * (_batch_step_s(BATCH_DEMO) / _batch_step_s(1) - 1))
+_fig("batching_weight_GB_per_token_b64", "GB", "weight bytes read per output token at batch 64 (decimal GB)")(
+    lambda: get_model("llama3-70b").weight_bytes(2) / GB / BATCH_DEMO)
+_fig("batching_compute_bound_batch_s1024", "sequences",
+     "smallest batch at which the decode step turns compute-bound, 1,024-token contexts, default MFU")(
+    lambda: float(next(b for b in range(1, 4096) if bool(cost.decode_step(_four(), b, BATCH_CONTEXT).compute_bound))))
+_fig("straggler_utilisation_pct", "%", "slot utilisation of a batch of 32 with one sequence left running")(
+    lambda: 100 / STRAGGLER_BATCH)
+_fig("contiguous_seqs_4xH100_cap8192", "sequences",
+     "sequences on 4xH100 when each reserves Llama 3 70B's full 8,192-token context contiguously")(
+    lambda: int(cost.max_concurrency(_four(), get_model("llama3-70b").max_position_embeddings)))
+_fig("paged_seqs_4xH100_s1280", "sequences", "1,280-token sequences on 4xH100 when each holds only what it uses")(
+    lambda: int(cost.max_concurrency(_four(), PAGED_PROMPT + PAGED_OUTPUT)))
+_fig("paged_concurrency_gain_s1280_cap8192", "x", "paged over contiguous-at-the-cap concurrency, 1,280-token sequences")(
+    lambda: int(cost.max_concurrency(_four(), PAGED_PROMPT + PAGED_OUTPUT))
+    / int(cost.max_concurrency(_four(), get_model("llama3-70b").max_position_embeddings)))
+_fig("paged_last_block_waste_pct_b16_s1280", "%",
+     "worst-case paged waste: an empty last block's 15 slots over a 1,280-token sequence, 16-token blocks")(
+    lambda: 100 * (PAGED_BLOCK - 1) / (PAGED_PROMPT + PAGED_OUTPUT))
+
+# ======================================================================================= book chapters 6-7
+# Prefix caching and speculative decoding, on the anchor deployment (four H100s, BF16).
+PREFIX_CASES = {"sys": (2000, 500), "gen": (100, 2000)}  # (prompt, answer): a long shared system prompt; a long answer
+PREFIX_CONCURRENCY = 64  # sequences sharing each decode step in chapter 6's comparison
+
+
+def _prefix_request_s(case: str, hit: float) -> tuple[float, float]:
+    from stage5.levers import request_seconds
+    prompt, answer = PREFIX_CASES[case]
+    return request_seconds(_four(), prompt, answer, PREFIX_CONCURRENCY, prefix_hit=hit)
+
+
+for _case, (_p, _o) in PREFIX_CASES.items():
+    _fig(f"prefix_{_case}_prefill_share_pct", "%",
+         f"prefill's share of a request's deployment time, {_p:,}-token prompt, {_o:,}-token answer, batch 64")(
+        lambda c=_case: 100 * _prefix_request_s(c, 0.0)[0] / sum(_prefix_request_s(c, 0.0)))
+    _fig(f"prefix_{_case}_saving_x", "x",
+         f"request cost without / with the whole {_p:,}-token prompt cached, {_o:,}-token answer, batch 64")(
+        lambda c=_case: sum(_prefix_request_s(c, 0.0)) / sum(_prefix_request_s(c, 1.0)))
+    _fig(f"prefix_{_case}_ttft_ms", "ms", f"TTFT of a {_p:,}-token prompt, uncached, 4xH100")(
+        lambda c=_case: 1e3 * _prefix_request_s(c, 0.0)[0])
+    _fig(f"prefix_{_case}_ttft_cached_ms", "ms", f"TTFT of a {_p:,}-token prompt found in the prefix cache, 4xH100")(
+        lambda c=_case: 1e3 * _prefix_request_s(c, 1.0)[0])
+
+
+def _spec_breakeven(dep: cost.Deployment) -> float:
+    import numpy as np
+    b = np.arange(1, 4097)
+    s = cost.speculative_speedup(dep, b, SPEC_CONTEXT, SPEC_ALPHA, SPEC_K)
+    return float(b[np.argmax(s < 1)]) if np.any(s < 1) else float("nan")
+
+
+_fig("spec_breakeven_batch_4xH100_s1280", "sequences",
+     "first batch at which speculation (alpha 0.7, k 4) is slower than plain decode, 4xH100, 1,280-token contexts")(
+    lambda: _spec_breakeven(_four()))
+_fig("spec_speedup_4xH100_b1_s1280", "x", "speculative speedup (alpha 0.7, k 4) at batch 1, 1,280-token context, 4xH100")(
+    lambda: float(cost.speculative_speedup(_four(), 1, SPEC_CONTEXT, SPEC_ALPHA, SPEC_K)))
+_fig("spec_speedup_4xH100_b64_s1280", "x", "speculative speedup (alpha 0.7, k 4) at batch 64, 1,280-token contexts, 4xH100")(
+    lambda: float(cost.speculative_speedup(_four(), 64, SPEC_CONTEXT, SPEC_ALPHA, SPEC_K)))

@@ -147,3 +147,147 @@ def concurrency_vs_context(deployments: Sequence[cost.Deployment], contexts: np.
     ax.grid(True, which="major", alpha=0.3)
     ax.legend(fontsize=8)
     return ax
+
+
+# ======================================================================================= chapters 4-7
+# Batching, PagedAttention, prefix caching and speculative decoding: cost-model curves, and pictures of
+# what the toy engine (stage5.engine) did during a run. The engine helpers take plain lists, so they never
+# import torch themselves.
+def batching_curves(dep: cost.Deployment, context: int, max_batch: int = 1024, axes=None):
+    """Two panels against batch size: the decode step's two roofline terms, and decode throughput.
+
+    The memory term barely moves while the weights dominate the bytes; the compute term grows linearly and
+    crosses it at the (MFU-adjusted) ridge. Returns the two axes.
+    """
+    if axes is None:
+        import matplotlib.pyplot as plt
+        _, axes = plt.subplots(1, 2, figsize=(10, 3.8))
+    b = np.arange(1, max_batch + 1)
+    step = cost.decode_step(dep, b, context)
+    ax = axes[0]
+    ax.loglog(b, 1e3 * step.memory_s, color="C0", label="memory term (weights + KV reads)")
+    ax.loglog(b, 1e3 * step.compute_s, color="C3", label=f"compute term (at {dep.mfu:.0%} MFU)")
+    ax.loglog(b, 1e3 * step.time_s, color="k", lw=2, alpha=0.4, label="step time = the larger")
+    crossing = b[np.argmax(step.compute_bound)] if np.any(step.compute_bound) else None
+    if crossing is not None:
+        for a in axes:
+            a.axvline(crossing, color="0.5", ls=":", lw=1)
+        ax.annotate(f"compute-bound\nfrom B={crossing}", (crossing, 1e3 * float(step.time_s[crossing - 1])),
+                    textcoords="offset points", xytext=(-6, -28), ha="right", fontsize=8)
+    ax.set_xlabel("batch size (sequences)")
+    ax.set_ylabel("decode step time (ms) = TPOT")
+    ax.legend(fontsize=8, loc="upper left")
+    ax = axes[1]
+    ax.loglog(b, b / step.time_s, color="C2")
+    ax.set_xlabel("batch size (sequences)")
+    ax.set_ylabel("decode throughput (tokens/s)")
+    return axes
+
+
+def slot_occupancy(trace: Sequence[tuple[str, tuple[int, ...]]], slots: int) -> np.ndarray:
+    """A [slots, steps] array of request ids (-1: empty) from an engine trace of (kind, ids that ran).
+
+    A request keeps the lowest free slot from the step it first appears until the step after its last,
+    so each row reads as one batch slot's history.
+    """
+    grid = -np.ones((slots, len(trace)), dtype=int)
+    held: dict[int, int] = {}
+    for t, (_, ids) in enumerate(trace):
+        for rid in [r for r in held if r not in ids]:
+            del held[rid]
+        for rid in ids:
+            if rid not in held:
+                free = sorted(set(range(slots)) - set(held.values()))
+                if not free:
+                    raise ValueError(f"step {t} runs more than {slots} sequences")
+                held[rid] = free[0]
+            grid[held[rid], t] = rid
+    return grid
+
+
+def _id_colours(grid: np.ndarray):
+    from matplotlib import colormaps
+    cmap = colormaps["tab20"]
+    rgba = np.ones((*grid.shape, 4))
+    for rid in np.unique(grid[grid >= 0]):
+        rgba[grid == rid] = cmap(int(rid) % 20)
+    return rgba
+
+
+def slot_timeline(trace: Sequence[tuple[str, tuple[int, ...]]], slots: int, steps: int | None = None,
+                  ax=None, label: str = ""):
+    """Which request held each batch slot at each step (colour = request, white = empty slot)."""
+    ax = _axes(ax)
+    grid = slot_occupancy(trace, slots)
+    width = steps or grid.shape[1]
+    padded = -np.ones((slots, width), dtype=int)
+    padded[:, :grid.shape[1]] = grid[:, :width]
+    ax.imshow(_id_colours(padded), aspect="auto", interpolation="nearest", origin="lower",
+              extent=(0, width, -0.5, slots - 0.5))
+    busy = 100 * (grid >= 0).mean()
+    ax.set_ylabel("batch slot")
+    ax.set_title(f"{label}: {grid.shape[1]:,} steps, {busy:.0f}% of slot-steps busy", fontsize=9)
+    if grid.shape[1] < width:
+        ax.axvline(grid.shape[1], color="k", lw=1)
+    return ax
+
+
+def measured_vs_predicted(batches: Sequence[int], measured_s: Sequence[float], predicted_s: Sequence[float],
+                          axes=None):
+    """TPOT and throughput against batch size on this machine: the engine's measured median decode step
+    against the roofline prediction for the same batch and context. Returns the two axes."""
+    if axes is None:
+        import matplotlib.pyplot as plt
+        _, axes = plt.subplots(1, 2, figsize=(10, 3.6))
+    b = np.asarray(batches, dtype=float)
+    meas, pred = np.asarray(measured_s), np.asarray(predicted_s)
+    axes[0].plot(b, 1e3 * meas, "o-", color="C1", label="measured (median decode step)")
+    axes[0].plot(b, 1e3 * pred, "s--", color="C0", label="roofline prediction")
+    axes[0].set_ylabel("TPOT (ms per token)")
+    axes[1].plot(b, b / meas, "o-", color="C1", label="measured")
+    axes[1].plot(b, b / pred, "s--", color="C0", label="roofline prediction")
+    axes[1].set_ylabel("throughput (tokens/s)")
+    from matplotlib.ticker import FuncFormatter, NullFormatter
+    for ax in axes:
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set_xticks(b)
+        ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+        ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:,.3g}"))
+        ax.yaxis.set_minor_formatter(NullFormatter())
+        ax.set_xlabel("batch size (sequences)")
+        ax.legend(fontsize=8)
+    return axes
+
+
+def kv_pool_map(owner: Sequence[int], used: Sequence[bool], block_size: int, per_row: int = 128, ax=None,
+                label: str = ""):
+    """The K/V pool at one moment: each cell is one token slot, coloured by the sequence it belongs to.
+
+    Solid: the slot holds a token's keys and values. Pale: reserved for the sequence but empty. Dark grey: free.
+    Thin lines mark block boundaries (every ``block_size`` slots).
+    """
+    ax = _axes(ax)
+    own = np.asarray(owner, dtype=int)
+    full = np.asarray(used, dtype=bool)
+    rows = -(-len(own) // per_row)
+    grid = -np.ones(rows * per_row, dtype=int)
+    grid[:len(own)] = own
+    rgba = _id_colours(grid.reshape(rows, per_row))
+    pale = np.zeros(rows * per_row, dtype=bool)
+    pale[:len(own)] = (own >= 0) & ~full
+    pale = pale.reshape(rows, per_row)
+    rgba[pale] = 0.25 * rgba[pale] + 0.75
+    rgba[grid.reshape(rows, per_row) < 0] = (0.35, 0.35, 0.35, 1.0)
+    rgba[..., 3] = 1.0
+    ax.imshow(rgba, aspect="auto", interpolation="nearest", extent=(0, per_row, rows, 0))
+    for x in range(block_size, per_row, block_size):
+        ax.axvline(x, color="0.85", lw=0.4)
+    held = int((own >= 0).sum())
+    stored = int(full.sum())
+    share = 100 * stored / held if held else 0.0
+    ax.set_title(f"{label}: {stored:,} of {held:,} reserved slots hold tokens ({share:.0f}%), "
+                 f"{len(own) - held:,} free", fontsize=9)
+    ax.set_yticks([])
+    ax.set_xlabel(f"slot within a row of {per_row} (rows continue downwards; lines: blocks of {block_size})")
+    return ax
