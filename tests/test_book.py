@@ -72,6 +72,17 @@ def test_glue_resolved_everywhere(built_book):
         assert "{glue" not in text and "pending_glue" not in text.lower(), f"unresolved glue in {page}"
 
 
+def test_markdown_tables_render_as_tables(built_book):
+    """A table a chapter prints from stage5 results (a Markdown output) must reach the reader as a table, not
+    as a paragraph of pipes (what CommonMark, myst-nb's default for outputs, makes of it)."""
+    html, _ = built_book
+    for name in CHAPTERS:
+        code = [c for c in _notebook(name)["cells"] if c["cell_type"] == "code"]
+        printed = sum("Markdown(" in "".join(c["source"]) and "|---" in "".join(c["source"]) for c in code)
+        tables = (html / "book" / f"{name}.html").read_text().count("<table")
+        assert tables >= printed, f"{name}: {printed} Markdown tables printed, {tables} rendered as tables"
+
+
 # ------------------------------------------------------------------------------------------- the sources
 @pytest.mark.parametrize("name", CHAPTERS)
 def test_chapter_stored_without_outputs(name):
