@@ -38,21 +38,6 @@ def make_requests(n: int = 12, seed: int = 0) -> list[Request]:
     return requests
 
 
-@pytest.fixture(scope="module")
-def model64():
-    return make_model(torch.float64)
-
-
-@pytest.fixture(scope="module")
-def requests():
-    return make_requests()
-
-
-@pytest.fixture(scope="module")
-def reference(model64, requests):
-    return {r.id: generate(model64, list(r.prompt), r.output_len) for r in requests}
-
-
 class CheckedEngine(Engine):
     """Checks the allocator's bookkeeping before every forward pass."""
 

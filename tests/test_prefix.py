@@ -31,11 +31,6 @@ def shared_requests(n: int = 8, seed: int = 1, stamp_first: bool = False) -> lis
     return requests
 
 
-@pytest.fixture(scope="module")
-def model64():
-    return make_model(torch.float64)
-
-
 def assert_all_free(engine: Engine) -> None:
     alloc = engine.alloc
     assert sorted(alloc.free) == list(range(alloc.num_blocks)) and not any(alloc.ref_count)

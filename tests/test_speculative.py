@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from stage5.engine.checkpoints import checkpoint_path, corpus_split, load_draft, load_target
-from stage5.engine.model import Transformer, generate
+from stage5.engine.model import Transformer
 from stage5.engine.sequence import Request
 from stage5.engine.speculative import (
     DraftModelDrafter,
@@ -18,7 +18,7 @@ from stage5.engine.speculative import (
     accept_or_resample,
     verify,
 )
-from tests.test_engine import CFG, make_model, make_requests
+from tests.test_engine import CFG
 
 torch.set_num_threads(1)
 
@@ -28,27 +28,12 @@ DRAFT_CFG = replace(CFG, name="tiny-draft", hidden_size=16, num_layers=1, num_he
 
 
 @pytest.fixture(scope="module")
-def model64():
-    return make_model(torch.float64)
-
-
-@pytest.fixture(scope="module")
 def draft64():
     torch.manual_seed(5)
     model = Transformer(DRAFT_CFG).double().eval()
     for p in model.parameters():
         p.data.normal_(0, 0.3)
     return model
-
-
-@pytest.fixture(scope="module")
-def requests():
-    return make_requests()
-
-
-@pytest.fixture(scope="module")
-def reference(model64, requests):
-    return {r.id: generate(model64, list(r.prompt), r.output_len) for r in requests}
 
 
 def drafters(model64, draft64):

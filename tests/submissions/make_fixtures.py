@@ -9,26 +9,14 @@ from __future__ import annotations
 
 import copy
 import json
-import re
 from pathlib import Path
+
+from make_fixtures_ex03 import _gid, _src, _strip_markers
 
 REPO = Path(__file__).resolve().parents[2]
 OUT = Path(__file__).resolve().parent / "ex01"
 RELEASE = REPO / "exercises" / "ex01" / "ex01.ipynb"
 SOLUTION = REPO / "solutions" / "ex01" / "ex01.ipynb"
-
-
-def _gid(cell):
-    return cell.get("metadata", {}).get("nbgrader", {}).get("grade_id")
-
-
-def _src(cell):
-    s = cell["source"]
-    return "".join(s) if isinstance(s, list) else s
-
-
-def _strip_markers(src):
-    return "\n".join(ln for ln in src.splitlines() if not re.match(r"\s*### (BEGIN|END) SOLUTION", ln))
 
 
 def solved():
