@@ -180,15 +180,22 @@ def call_learner(name: str, func: Callable[..., Any], *args: Any, blocked: Itera
     learner-safe failure that names the check (no traceback of the hidden test)."""
     if not callable(func):
         raise GradingError(f"{name}: expected a function, got {type(func).__name__}")
-    with unavailable(*blocked):
-        try:
-            return func(*args, **kwargs)
-        except UnavailableError as err:
-            raise GradingError(f"{name}: {err}") from None
-        except NotImplementedError:
-            raise GradingError(f"{name}: the function is not written yet (it raises NotImplementedError)") from None
-        except Exception as err:  # noqa: BLE001 - any learner crash becomes a graded failure
-            raise GradingError(f"{name}: your function raised {type(err).__name__}: {err}") from None
+    with unavailable(*blocked), _learner_failures(name, name):
+        return func(*args, **kwargs)
+
+
+@contextlib.contextmanager
+def _learner_failures(label: str, name: str) -> Iterator[None]:
+    """Turn whatever a learner's code raises into a one-line GradingError naming ``label`` (or ``name`` for a
+    function that is not written yet), never the hidden test's traceback."""
+    try:
+        yield
+    except UnavailableError as err:
+        raise GradingError(f"{label}: {err}") from None
+    except NotImplementedError:
+        raise GradingError(f"{name}: the function is not written yet (it raises NotImplementedError)") from None
+    except Exception as err:  # noqa: BLE001 - any learner crash becomes a graded failure
+        raise GradingError(f"{label}: your function raised {type(err).__name__}: {err}") from None
 
 
 # ------------------------------------------------------------------------------------ reusable hint tables
@@ -324,15 +331,8 @@ def call_diagnose(name: str, func: Callable[..., Any], deps: Iterable[Mapping[st
     out = []
     with unavailable(*blocked):
         for dep in deps:
-            label = f"{name} ({describe_deployment(dep)})"
-            try:
+            with _learner_failures(f"{name} ({describe_deployment(dep)})", name):
                 out.append(func(dict(dep)))
-            except UnavailableError as err:
-                raise GradingError(f"{label}: {err}") from None
-            except NotImplementedError:
-                raise GradingError(f"{name}: the function is not written yet (it raises NotImplementedError)") from None
-            except Exception as err:  # noqa: BLE001 - any learner crash becomes a graded failure
-                raise GradingError(f"{label}: your function raised {type(err).__name__}: {err}") from None
     return out
 
 

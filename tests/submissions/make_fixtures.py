@@ -7,38 +7,17 @@ learner would, named ``<student>_ex01.ipynb``; ``EXPECTED`` in tests/test_gradin
 
 from __future__ import annotations
 
-import copy
 import json
 from pathlib import Path
 
-from make_fixtures_ex03 import _gid, _src, _strip_markers
+from make_fixtures_ex03 import _gid, fill, solved
 
 REPO = Path(__file__).resolve().parents[2]
 OUT = Path(__file__).resolve().parent / "ex01"
 RELEASE = REPO / "exercises" / "ex01" / "ex01.ipynb"
-SOLUTION = REPO / "solutions" / "ex01" / "ex01.ipynb"
 
 
-def solved():
-    """The release with every solution cell filled from the solutions notebook (what a strong learner hands in)."""
-    release = json.loads(RELEASE.read_text())
-    answers = {_gid(c): _strip_markers(_src(c)) for c in json.loads(SOLUTION.read_text())["cells"]
-               if c.get("metadata", {}).get("nbgrader", {}).get("solution") and c["cell_type"] == "code"}
-    for cell in release["cells"]:
-        if _gid(cell) in answers:
-            cell["source"] = answers[_gid(cell)]
-        elif _gid(cell) == "c1_written":
-            cell["source"] = "The weights have to come out of memory every step, FLOP/s do not matter."
-    return release
-
-
-def fill(nb, **sources):
-    nb = copy.deepcopy(nb)
-    for cell in nb["cells"]:
-        if _gid(cell) in sources:
-            cell["source"] = sources.pop(_gid(cell))
-    assert not sources, f"unknown cells {list(sources)}"
-    return nb
+WRITTEN = {"c1_written": "The weights have to come out of memory every step, FLOP/s do not matter."}
 
 
 KV_HEADS = """def kv_bytes_per_token(config, bytes_per_element=2):
@@ -48,7 +27,7 @@ KV_NO2 = """def kv_bytes_per_token(config, bytes_per_element=2):
 
 
 def build():
-    good = solved()
+    good = solved("ex01", WRITTEN)  # what a strong learner hands in
     nbs = {
         "ada lovelace_123_ex01": good,  # an LMS-style file name
         "blank_ex01": json.loads(RELEASE.read_text()),
