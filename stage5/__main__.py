@@ -20,8 +20,15 @@ def main(argv: list[str] | None = None) -> int:
                    add_help=False)
     sub.add_parser("bench", help="serve a seeded workload through the toy engines (bench [prefix|spec])",
                    add_help=False)
-    args, rest = parser.parse_known_args(argv)
+    try:
+        args, rest = parser.parse_known_args(argv)
+    except SystemExit as stop:  # --help, --version, or an unknown command (argparse has printed why)
+        return stop.code if isinstance(stop.code, int) else 2
     if args.command is None:
+        if rest:  # e.g. `python -m stage5 --bogus`: an option before any command
+            print(f"error: python -m stage5: unknown option {' '.join(rest)!r}; accepted: a command "
+                  "(figures, model, deploy, bench) or --help, --version", file=sys.stderr)
+            return 2
         parser.print_help()
         return 0
     # Each subcommand parses its own arguments, so `python -m stage5 deploy --help` shows its options.
@@ -32,7 +39,10 @@ def main(argv: list[str] | None = None) -> int:
         run = model_main if args.command == "model" else deploy_main
     else:
         from stage5.engine.bench import main as run
-    return run(rest)
+    try:
+        return run(rest)
+    except SystemExit as stop:  # a subcommand's argparse: --help exits 0, a bad argument exits 2 after one line
+        return stop.code if isinstance(stop.code, int) else 2
 
 
 if __name__ == "__main__":

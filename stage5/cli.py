@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
+from pathlib import Path
 
-from stage5 import cost
+from stage5 import cost, inputs
 from stage5.hardware import GB, GiB, get_gpu
 from stage5.models import ModelConfig, get_model
 
@@ -31,31 +31,58 @@ def describe_model(cfg: ModelConfig) -> dict[str, float | str]:
         "heads": cfg.num_heads,
         "kv_heads": cfg.num_kv_heads,
         "head_dim": cfg.head_dim,
+        "kv_cache": _kv_formula(cfg),
+        "sliding_window": cfg.sliding_window,
+        "sliding_window_layers": cfg.sliding_layers,
+        "kv_bytes_at_max_context_bf16": cfg.kv_bytes_per_sequence(cfg.max_position_embeddings, 2),
+        "max_context": cfg.max_position_embeddings,
     }
 
 
+def _kv_formula(cfg: ModelConfig) -> str:
+    if cfg.is_mla:
+        return (f"MLA: {cfg.num_layers} layers x ({cfg.kv_lora_rank} latent + {cfg.qk_rope_head_dim} rotary key) "
+                "x 2 bytes")
+    return f"2 x {cfg.num_layers} layers x {cfg.num_kv_heads} KV heads x {cfg.head_dim} x 2 bytes"
+
+
+def _window_note(cfg: ModelConfig) -> str:
+    """What a sliding window does to the cache, and that the cost model does not take the saving."""
+    return (f"sliding window of {cfg.sliding_window:,} tokens on {cfg.sliding_layers} of {cfg.num_layers} layers: "
+            f"past {cfg.sliding_window:,} tokens those layers stop growing, so a {cfg.max_position_embeddings:,}-token "
+            f"sequence holds {cfg.kv_bytes_per_sequence(cfg.max_position_embeddings, 2) / GiB:.2f} GiB, not "
+            f"{cfg.max_position_embeddings * cfg.kv_bytes_per_token(2) / GiB:.2f} GiB. The cost model (deploy, the "
+            "simulator) prices full-length KV on every layer, an overestimate of memory past the window")
+
+
+def load_model(text: str) -> ModelConfig:
+    """A registry name, or a path to a config.json (anything ending in .json or naming an existing path)."""
+    if text.endswith(".json") or Path(text).exists():
+        return ModelConfig.from_json_file(text)
+    return get_model(text)
+
+
 def model_main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="python -m stage5 model",
+    parser = inputs.OneLineParser(prog="python -m stage5 model",
                                      description="Parameters, weight bytes and KV bytes per token of a model.")
     parser.add_argument("config", help="path to a Hugging Face config.json, or a registry name")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
     try:
-        if args.config.endswith(".json"):
-            cfg = ModelConfig.from_json_file(args.config)
-        else:
-            cfg = get_model(args.config)
-    except (ValueError, FileNotFoundError, TypeError) as err:
+        cfg = load_model(args.config)
+    except (ValueError, OSError, TypeError) as err:
         return _fail(str(err))
     info = describe_model(cfg)
     if args.json:
-        print(json.dumps(info, indent=1))
+        print(json.dumps(info, indent=1, allow_nan=False))
         return 0
     print(f"{cfg.name}: {cfg.num_params:,} parameters"
           + (f" ({cfg.active_params:,} active per token)" if cfg.num_experts > 1 else ""))
     print(f"  weights (BF16): {info['weights_GB_bf16']:.2f} GB = {info['weights_GiB_bf16']:.2f} GiB")
-    print(f"  KV cache (BF16): {cfg.kv_bytes_per_token(2):,.0f} bytes per token "
-          f"(2 x {cfg.num_layers} layers x {cfg.num_kv_heads} KV heads x {cfg.head_dim} x 2 bytes)")
+    print(f"  KV cache (BF16): {cfg.kv_bytes_per_token(2):,.0f} bytes per token ({_kv_formula(cfg)})")
+    if cfg.sliding_window:
+        print(f"  {_window_note(cfg)}")
+    print(f"  maximum context: {cfg.max_position_embeddings:,} tokens")
     return 0
 
 
@@ -87,33 +114,38 @@ def diagnose_deployment(dep: cost.Deployment, context: int, batch: int, prompt: 
 
 
 def deploy_main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(
+    parser = inputs.OneLineParser(
         prog="python -m stage5 deploy",
         description="Diagnose a deployment. Assumes perfect tensor-parallel scaling (optimistic) and a fixed MFU.")
     parser.add_argument("--model", required=True, help="registry name or path to a config.json")
     parser.add_argument("--gpu", required=True, help="accelerator name, e.g. H100, A100-80GB, MI300X")
-    parser.add_argument("--gpus", type=int, default=1, help="number of GPUs (tensor parallel)")
-    parser.add_argument("--context", type=int, required=True, help="tokens per sequence held in the KV cache")
-    parser.add_argument("--batch", type=int, required=True, help="concurrent sequences")
-    parser.add_argument("--prompt", type=int, default=None, help="prompt tokens for TTFT (default: --context)")
+    parser.add_argument("--gpus", type=inputs.arg_int(), default=1, help="number of GPUs (tensor parallel)")
+    parser.add_argument("--context", type=inputs.arg_int(), required=True,
+                        help="tokens per sequence held in the KV cache (at most the model's maximum context)")
+    parser.add_argument("--batch", type=inputs.arg_int(), required=True, help="concurrent sequences")
+    parser.add_argument("--prompt", type=inputs.arg_int(), default=None,
+                        help="prompt tokens for TTFT (default: --context)")
     parser.add_argument("--weights", choices=sorted(FORMATS), default="bf16")
     parser.add_argument("--kv", choices=sorted(FORMATS), default="bf16")
-    parser.add_argument("--mfu", type=float, default=cost.DEFAULT_MFU)
-    parser.add_argument("--price", type=float, default=cost.DEFAULT_PRICE_PER_GPU_HOUR, help="USD per GPU-hour")
+    parser.add_argument("--mfu", type=inputs.arg_real(0.0, 1.0), default=cost.DEFAULT_MFU,
+                        help="model FLOP utilisation, a fraction in (0, 1]")
+    parser.add_argument("--price", type=inputs.arg_real(), default=cost.DEFAULT_PRICE_PER_GPU_HOUR,
+                        help="USD per GPU-hour (> 0)")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
-    for name in ("gpus", "context", "batch"):
-        if getattr(args, name) <= 0:
-            return _fail(f"--{name} must be a positive integer, got {getattr(args, name)}")
     try:
-        model = ModelConfig.from_json_file(args.model) if args.model.endswith(".json") else get_model(args.model)
+        model = load_model(args.model)
+        inputs.within_context(args.context, model.max_position_embeddings, "--context", model.name)
+        if args.prompt is not None:
+            inputs.within_context(args.prompt, model.max_position_embeddings, "--prompt", model.name)
         dep = cost.Deployment(model, get_gpu(args.gpu), args.gpus, FORMATS[args.weights], FORMATS[args.kv],
                               mfu=args.mfu)
         info = diagnose_deployment(dep, args.context, args.batch, args.prompt, args.price)
-    except (ValueError, FileNotFoundError) as err:
+        text = json.dumps(info, indent=1, allow_nan=False)  # a NaN or infinity is a bug: say so, never print it
+    except (ValueError, OSError, TypeError) as err:
         return _fail(str(err))
     if args.json:
-        print(json.dumps(info, indent=1))
+        print(text)
         return 0
     print(f"{info['model']} on {args.gpus} x {info['gpu']} (weights {args.weights}, KV {args.kv}), "
           f"batch {args.batch} at {args.context:,} tokens")
@@ -125,4 +157,6 @@ def deploy_main(argv: list[str]) -> int:
           f"(KV budget {info['kv_budget_GiB']:.1f} GiB)")
     print(f"  cost  ${info['usd_per_million_tokens']:.3f} per million output tokens at ${args.price}/GPU-hour")
     print("  (perfect tensor-parallel scaling and a fixed MFU are assumed: treat these as floors)")
+    if model.sliding_window and args.context > model.sliding_window:
+        print(f"  note: {_window_note(model)}")
     return 0

@@ -113,7 +113,7 @@ def weight_bytes_read(dep: Deployment, batch: ArrayLike = 1) -> np.ndarray:
     b = np.asarray(batch, dtype=float)
     if m.num_experts == 1:
         return np.broadcast_to(dep.weight_total_bytes, b.shape).astype(float)
-    expert = m._expert_params() * m.num_layers
+    expert = m._expert_params() * m.moe_layers  # one routed expert, summed over the MoE layers
     shared = m.num_params - m.num_experts * expert
     touched = m.num_experts * (1 - (1 - m.experts_per_token / m.num_experts) ** b)
     return (shared + touched * expert) * dep.weight_bytes
