@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from stage5 import inputs
 from stage5.hardware import GiB, Hardware, get_gpu
 from stage5.models import ModelConfig, get_model
 
@@ -50,13 +51,13 @@ class Deployment:
     reserve_GiB: float | None = None
 
     def __post_init__(self) -> None:
-        if not isinstance(self.num_gpus, (int, np.integer)) or self.num_gpus < 1:
+        if not isinstance(self.num_gpus, (int, np.integer)) or isinstance(self.num_gpus, bool) or self.num_gpus < 1:
             raise ValueError(f"num_gpus must be a positive integer, got {self.num_gpus!r}")
-        for name in ("weight_bytes", "kv_bytes", "mfu"):
-            if not getattr(self, name) > 0:
-                raise ValueError(f"{name} must be positive, got {getattr(self, name)!r}")
-        if self.mfu > 1:
-            raise ValueError(f"mfu is a fraction of peak (0 < mfu <= 1), got {self.mfu!r}")
+        for name in ("weight_bytes", "kv_bytes"):
+            inputs.positive(getattr(self, name), name)
+        inputs.positive(self.mfu, "mfu (a fraction of peak FLOP/s)", maximum=1.0)
+        if self.reserve_GiB is not None:
+            inputs.real(self.reserve_GiB, "reserve_GiB", low=0.0, accepted="None or a finite number of GiB >= 0")
 
     @classmethod
     def of(cls, model: str | ModelConfig, gpu: str | Hardware, num_gpus: int = 1, **kw: float) -> Deployment:
@@ -259,10 +260,10 @@ def expected_tokens_per_verification(alpha: ArrayLike, k: ArrayLike) -> np.ndarr
     (1 - alpha^(k+1)) / (1 - alpha), which is k + 1 at alpha = 1 (all accepted plus the bonus token)."""
     a = np.asarray(alpha, dtype=float)
     kk = np.asarray(k, dtype=float)
-    if np.any((a < 0) | (a > 1)):
-        raise ValueError("alpha is an acceptance probability in [0, 1]")
-    if np.any(kk < 0):
-        raise ValueError("k (drafted tokens) must be non-negative")
+    if np.any(~((a >= 0) & (a <= 1))):  # written so that NaN fails too
+        raise ValueError(f"alpha is an acceptance probability in [0, 1], got {alpha!r}")
+    if np.any(~((kk >= 0) & np.isfinite(kk))) or np.any(kk != np.round(kk)):
+        raise ValueError(f"k (drafted tokens) must be a non-negative whole number, got {k!r}")
     with np.errstate(divide="ignore", invalid="ignore"):
         out = (1 - a ** (kk + 1)) / (1 - a)
     return np.where(a == 1.0, kk + 1, out)
@@ -277,6 +278,7 @@ def speculative_speedup(dep: Deployment, batch: ArrayLike, context: ArrayLike, a
     ``expected_tokens_per_verification`` tokens per sequence. Once the verification pass turns compute-bound
     the speedup shrinks, and near the ridge it falls below 1. The draft model's own KV cache is not counted.
     """
+    inputs.real(draft_cost, "draft_cost (a draft step's time over a target step's)", low=0.0)
     plain = decode_step(dep, batch, context).time_s
     verify = decode_step(dep, batch, context, tokens_per_seq=np.asarray(k, dtype=float) + 1).time_s
     round_s = verify + np.asarray(k, dtype=float) * draft_cost * plain
@@ -300,6 +302,6 @@ def _non_negative(x: ArrayLike, name: str) -> np.ndarray:
 
 def _fraction(x: ArrayLike, name: str) -> np.ndarray:
     a = np.asarray(x, dtype=float)
-    if np.any((a < 0) | (a > 1)):
+    if np.any(~((a >= 0) & (a <= 1))):  # written so that NaN fails too
         raise ValueError(f"{name} must be a fraction in [0, 1], got {x!r}")
     return a

@@ -37,10 +37,11 @@ def integer(value: Any, name: str, *, minimum: int = 1, maximum: int | None = No
         if not math.isfinite(as_float) or not as_float.is_integer():
             raise InputError(f"{name} must be {accepted}, got {value!r}")
         as_int = int(as_float)
-    if as_int < minimum or (maximum is not None and as_int > maximum) or as_int > MAX_COUNT:
-        limit = maximum if maximum is not None else MAX_COUNT
-        raise InputError(f"{name} must be {accepted}" + ("" if maximum is not None else f" and <= {limit:,}")
-                         + f", got {value!r}")
+    if as_int < minimum or (maximum is not None and as_int > maximum):
+        raise InputError(f"{name} must be {accepted}, got {value!r}")
+    if as_int > MAX_COUNT:
+        raise InputError(f"{name} must be {accepted} and at most 2**53 (beyond that a count is not exact), "
+                         f"got {value!r}")
     return as_int
 
 
@@ -56,7 +57,10 @@ def real(value: Any, name: str, *, low: float = -math.inf, high: float = math.in
          high_open: bool = False, accepted: str | None = None) -> float:
     """``value`` as a finite float within the stated bounds (open or closed at each end)."""
     lo, hi = "(" if low_open else "[", ")" if high_open else "]"
-    what = accepted or f"a finite number in {lo}{low:g}, {high:g}{hi}"
+    if math.isinf(high) and not math.isinf(low):
+        what = accepted or f"a finite number {'>' if low_open else '>='} {low:g}"
+    else:
+        what = accepted or f"a finite number in {lo}{low:g}, {high:g}{hi}"
     if not _is_number(value):
         raise InputError(f"{name} must be {what}, got {value!r} ({type(value).__name__})")
     x = float(value)

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from stage5 import cost
+from stage5 import cost, inputs
 from stage5.hardware import Hardware
 from stage5.models import ModelConfig
 from stage5.quantization import deployment
@@ -145,9 +145,16 @@ def diagnose_reference(model: str | ModelConfig, gpu: str | Hardware, num_gpus: 
     """
     if objective not in OBJECTIVES:
         raise ValueError(f"objective must be one of {OBJECTIVES}, got {objective!r}")
-    if min(prompt, output, concurrency) < 1:
-        raise ValueError("prompt, output and concurrency must be at least 1")
+    prompt, output, concurrency = (inputs.positive_int(v, n) for v, n in
+                                   ((prompt, "prompt"), (output, "output"), (concurrency, "concurrency")))
+    prefix_hit, alpha = inputs.fraction(prefix_hit, "prefix_hit"), inputs.fraction(alpha, "alpha")
+    k = inputs.non_negative_int(k, "k (drafted tokens)")
+    inputs.real(draft_cost, "draft_cost", low=0.0)
+    inputs.positive(price_per_gpu_hour, "price_per_gpu_hour")
+    if tpot_slo_s is not None:
+        inputs.positive(tpot_slo_s, "tpot_slo_s")
     dep = deployment(model, gpu, num_gpus, weights, kv)
+    inputs.within_context(prompt + output, dep.model.max_position_embeddings, "prompt + output", dep.model.name)
     seq, ctx = prompt + output, prompt + output / 2
     fit = int(cost.max_concurrency(dep, seq))
     if concurrency > fit:
@@ -212,9 +219,15 @@ def lever_ranking(model: str | ModelConfig = "llama3-70b", gpu: str | Hardware =
     """
     from stage5.routing import blended_saving, cost_ratio
 
+    prompt, output = inputs.positive_int(prompt, "prompt"), inputs.positive_int(output, "output")
     dep = deployment(model, gpu, num_gpus)
+    inputs.within_context(prompt + output, dep.model.max_position_embeddings, "prompt + output", dep.model.name)
     seq, ctx = prompt + output, prompt + output / 2
     good = int(cost.max_concurrency(dep, seq))
+    if good < 1:
+        raise cost.InfeasibleDeployment(
+            f"not one sequence of {seq:,} tokens fits: it needs {seq * dep.kv_bytes_per_token / 2**30:.1f} GiB of "
+            f"KV cache and {cost.kv_budget_bytes(dep) / 2**30:.1f} GiB is free after weights and reserve")
 
     def usd(d: cost.Deployment, c: float) -> float:
         return cost_terms(d, c, ctx).dollars_per_token

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from stage5 import cost
+from stage5 import cost, inputs
 from stage5.hardware import Hardware
 from stage5.models import ModelConfig
 from stage5.quantization import deployment
@@ -80,10 +80,19 @@ def simulate_router(easy_share: float = 0.8, ratio: float = 0.1, router_noise: f
                     eval_size: float = 1000, judge_error: float = 0.0, budget: float = 0.02,
                     min_saving: float = 1.5, n: int = 100_000, points: int = 201, seed: int = 0) -> RouterCurve:
     """Sweep the router's threshold over ``points`` routed shares; ``eval_size=np.inf`` is a perfect eval."""
-    if not 0 < easy_share < 1:
-        raise ValueError("easy_share is a fraction strictly between 0 and 1")
-    if eval_size <= 0 or not 0 <= judge_error <= 1 or router_noise < 0:
-        raise ValueError("eval_size must be positive, judge_error in [0, 1], router_noise >= 0")
+    inputs.real(easy_share, "easy_share", low=0.0, high=1.0, low_open=True, high_open=True)
+    if not (isinstance(eval_size, (int, float, np.number)) and not isinstance(eval_size, bool)
+            and eval_size > 0):  # NaN fails this too; np.inf is the perfect evaluation
+        raise ValueError(f"eval_size must be a positive number of labelled requests (np.inf: a perfect "
+                         f"evaluation), got {eval_size!r}")
+    inputs.fraction(judge_error, "judge_error")
+    inputs.real(router_noise, "router_noise", low=0.0)
+    inputs.positive(ratio, "ratio (cheap model's cost per token over the big one's)")
+    inputs.fraction(budget, "budget")
+    inputs.real(min_saving, "min_saving", low=0.0)
+    n = inputs.integer(n, "n (simulated requests)", minimum=2)
+    points = inputs.integer(points, "points", minimum=2)
+    seed = inputs.non_negative_int(seed, "seed")
     rng = np.random.default_rng(seed)
     difficulty = rng.standard_normal(n)
     hard = difficulty >= np.quantile(difficulty, easy_share)

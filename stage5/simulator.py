@@ -20,6 +20,7 @@ import time
 from dataclasses import asdict, dataclass, field, replace
 
 from stage5 import cost, levers
+from stage5 import inputs as check
 from stage5.hardware import gpu_names
 from stage5.models import ModelConfig, get_model, model_names
 from stage5.quantization import KV_FORMATS, WEIGHT_FORMATS, deployment
@@ -75,12 +76,33 @@ class SimOutputs:
 
 def resolve_model(inputs: SimInputs) -> ModelConfig:
     if inputs.model == PASTED:
+        if not isinstance(inputs.config_json, str):
+            raise TypeError(f"config_json must be the text of a config.json, got {type(inputs.config_json).__name__}")
         try:
             cfg = json.loads(inputs.config_json)
-        except json.JSONDecodeError as err:
+        except ValueError as err:  # JSONDecodeError, or an integer literal too long to convert
             raise ValueError(f"the pasted config.json is not valid JSON: {err}") from None
-        return ModelConfig.from_hf_config(cfg, name=str(cfg.get("_name_or_path") or "pasted model"))
+        if not isinstance(cfg, dict):
+            raise ValueError(f"the pasted config.json must be a JSON object ({{...}}), got {type(cfg).__name__}")
+        name = cfg.get("_name_or_path")
+        return ModelConfig.from_hf_config(cfg, name=name if isinstance(name, str) and name else "pasted model")
     return get_model(inputs.model)
+
+
+def check_inputs(x: SimInputs, model: ModelConfig) -> None:
+    """Every field checked at the door: the error names the field, the value and what is accepted."""
+    check.positive_int(x.num_gpus, "num_gpus", maximum=1024)
+    check.choice(x.weights, "weights", tuple(WEIGHT_FORMATS))
+    check.choice(x.kv, "kv", tuple(KV_FORMATS))
+    for name in ("prompt", "output", "concurrency"):
+        check.positive_int(getattr(x, name), name)
+    check.within_context(int(x.prompt) + int(x.output), model.max_position_embeddings, "prompt + output",
+                         model.name)
+    check.fraction(x.alpha, "alpha")
+    check.non_negative_int(x.k, "k (drafted tokens)", maximum=64)
+    check.fraction(x.prefix_hit, "prefix_hit")
+    check.positive(x.price_per_gpu_hour, "price_per_gpu_hour")
+    check.choice(x.objective, "objective", levers.OBJECTIVES)
 
 
 def simulate(inputs: SimInputs) -> SimOutputs:
@@ -88,13 +110,26 @@ def simulate(inputs: SimInputs) -> SimOutputs:
     t0 = time.perf_counter()
     try:
         out = _simulate(inputs)
-    except (ValueError, TypeError, KeyError) as err:  # InfeasibleDeployment is a ValueError
+    except (ValueError, TypeError, KeyError) as err:  # InfeasibleDeployment and InputError are ValueErrors
         out = SimOutputs(ok=False, error=str(err))
+    except Exception as err:  # documented never to raise: an unforeseen failure still comes back as a reason
+        out = SimOutputs(ok=False, error=f"could not evaluate these inputs ({type(err).__name__}: {err})")
+    if out.ok and not all(math.isfinite(v) for v in _numbers(out)):
+        out = SimOutputs(ok=False, error="these inputs produced a non-finite result; nothing is shown rather "
+                                         "than a wrong number")
     return replace(out, elapsed_ms=1e3 * (time.perf_counter() - t0))
 
 
+def _numbers(out: SimOutputs) -> list[float]:
+    return [out.ttft_ms, out.tpot_ms, out.throughput, out.usd_per_million, out.intensity, out.ridge,
+            out.prefill_share, out.spec_speedup, *out.gains.values()]
+
+
 def _simulate(x: SimInputs) -> SimOutputs:
+    if not isinstance(x, SimInputs):
+        raise TypeError(f"simulate takes a SimInputs, got {type(x).__name__}")
     model = resolve_model(x)
+    check_inputs(x, model)
     dep = deployment(model, x.gpu, int(x.num_gpus), x.weights, x.kv)
     p, o, c = int(x.prompt), int(x.output), int(x.concurrency)
     ctx = p + o / 2
