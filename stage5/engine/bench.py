@@ -10,7 +10,6 @@ Beside the measurements it prints the roofline prediction of one decode step on 
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 
@@ -19,6 +18,7 @@ import torch
 from stage5.engine.engine import Engine, RunResult
 from stage5.engine.sequence import Request
 from stage5.engine.workload import WorkloadSpec, make_workload
+from stage5.inputs import OneLineParser, arg_int
 
 COMBINATIONS = [("contiguous", "static"), ("contiguous", "continuous"), ("paged", "static"), ("paged", "continuous")]
 COLUMNS = ["tokens_per_s", "tokens_per_step", "kv_utilization", "peak_running", "steps", "wall_s"]
@@ -78,27 +78,28 @@ def main(argv: list[str] | None = None) -> int:
         from stage5.engine.bench_spec import main as spec_main
 
         return spec_main(argv[1:])
-    parser = argparse.ArgumentParser(prog="python -m stage5 bench", description=__doc__.splitlines()[0])
-    parser.add_argument("--requests", type=int, default=WorkloadSpec.n, help="number of requests")
-    parser.add_argument("--seed", type=int, default=0, help="workload seed")
-    parser.add_argument("--blocks", type=int, default=DEFAULT_BLOCKS, help="K/V pool size in blocks")
-    parser.add_argument("--block-size", type=int, default=DEFAULT_BLOCK_SIZE, help="tokens per block")
-    parser.add_argument("--max-batch", type=int, default=DEFAULT_MAX_BATCH, help="most sequences in one step")
-    parser.add_argument("--threads", type=int, default=1,
+    parser = OneLineParser(prog="python -m stage5 bench", description=__doc__.splitlines()[0])
+    parser.add_argument("--requests", type=arg_int(), default=WorkloadSpec.n, help="number of requests")
+    parser.add_argument("--seed", type=arg_int(0), default=0, help="workload seed (>= 0)")
+    parser.add_argument("--blocks", type=arg_int(), default=DEFAULT_BLOCKS, help="K/V pool size in blocks")
+    parser.add_argument("--block-size", type=arg_int(), default=DEFAULT_BLOCK_SIZE, help="tokens per block")
+    parser.add_argument("--max-batch", type=arg_int(), default=DEFAULT_MAX_BATCH, help="most sequences in one step")
+    parser.add_argument("--threads", type=arg_int(), default=1,
                         help="torch CPU threads (default 1: on a shared machine, more threads than free cores "
                              "make small steps wildly slower and the timings meaningless)")
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
     args = parser.parse_args(argv)
-    if args.requests < 1:
-        parser.error("--requests must be at least 1")
-    if args.threads < 1:
-        parser.error("--threads must be at least 1")
     torch.set_num_threads(args.threads)
 
     from stage5.engine.checkpoints import load_target
 
     model, cfg = load_target()
     requests = make_workload(args.requests, args.seed)
+    longest = max(r.max_len for r in requests)
+    if args.blocks * args.block_size < longest:  # the engines would refuse it; say which flag to change
+        parser.error(f"--blocks {args.blocks} x --block-size {args.block_size} = {args.blocks * args.block_size} "
+                     f"K/V slots cannot hold the workload's longest request ({longest} tokens); accepted: at least "
+                     f"{-(-longest // args.block_size)} blocks of {args.block_size}")
     warmup = Request(id=0, prompt=requests[0].prompt[:16], max_tokens=8)
     Engine(model, cfg, num_blocks=2, block_size=16).run([warmup])  # let torch settle before anything is timed
     results = run_all(model, cfg, requests, args.blocks, args.block_size, args.max_batch)

@@ -8,7 +8,6 @@ Workload two: short prompts and long answers, where prefill was never the bill, 
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 
@@ -17,6 +16,7 @@ import torch
 
 from stage5.engine.engine import Engine, RunResult
 from stage5.engine.sequence import Request
+from stage5.inputs import OneLineParser, arg_int, arg_real
 
 COLUMNS = ["hit_rate", "prefill_tokens_computed", "prefill_tokens_skipped", "mean_ttft_steps", "mean_ttft_s",
            "tokens_per_s", "steps", "wall_s"]
@@ -78,10 +78,10 @@ def _table(results: dict[str, RunResult]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m stage5 bench prefix", description=__doc__.splitlines()[0])
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--scale", type=float, default=1.0, help="multiply the number of requests")
-    parser.add_argument("--threads", type=int, default=1, help="torch CPU threads (default 1)")
+    parser = OneLineParser(prog="python -m stage5 bench prefix", description=__doc__.splitlines()[0])
+    parser.add_argument("--seed", type=arg_int(0), default=0)
+    parser.add_argument("--scale", type=arg_real(0.0, 100.0), default=1.0, help="multiply the number of requests")
+    parser.add_argument("--threads", type=arg_int(), default=1, help="torch CPU threads (default 1)")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)

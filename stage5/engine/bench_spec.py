@@ -8,7 +8,6 @@ at batch 1, 2, 4, ... until it drops below 1, next to ``stage5.cost.speculative_
 
 from __future__ import annotations
 
-import argparse
 import json
 
 import torch
@@ -16,6 +15,7 @@ import torch
 from stage5.engine.engine import Engine
 from stage5.engine.sequence import Request
 from stage5.engine.speculative import DraftModelDrafter, PromptLookupDrafter, SpeculativeEngine
+from stage5.inputs import OneLineParser, arg_int
 
 
 def spec_workload(n: int, prompt_len: int = 64, output_len: int = 96, stride: int = 997) -> list[Request]:
@@ -74,12 +74,12 @@ def speedup(model, cfg, k: int = 4, batches=(1, 2, 4, 8, 16, 32, 64), output_len
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m stage5 bench spec", description=__doc__.splitlines()[0])
-    parser.add_argument("--requests", type=int, default=4, help="requests for the acceptance table")
-    parser.add_argument("--k", type=int, default=4, help="k for the speedup table")
-    parser.add_argument("--max-k", type=int, default=8)
-    parser.add_argument("--max-batch", type=int, default=64)
-    parser.add_argument("--threads", type=int, default=1, help="torch CPU threads (default 1)")
+    parser = OneLineParser(prog="python -m stage5 bench spec", description=__doc__.splitlines()[0])
+    parser.add_argument("--requests", type=arg_int(), default=4, help="requests for the acceptance table")
+    parser.add_argument("--k", type=arg_int(0), default=4, help="k for the speedup table (>= 0)")
+    parser.add_argument("--max-k", type=arg_int(), default=8)
+    parser.add_argument("--max-batch", type=arg_int(), default=64)
+    parser.add_argument("--threads", type=arg_int(), default=1, help="torch CPU threads (default 1)")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)

@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from stage5.engine import checks
 from stage5.engine.kv import ContiguousAllocator, KVPool, PagedAllocator
 from stage5.engine.model import Transformer
 from stage5.engine.prefix import PrefixCachingAllocator
@@ -110,6 +111,7 @@ class Engine:
             raise ValueError("prefix caching shares paged blocks; it needs allocator='paged'")
         if model.cfg != cfg:
             raise ValueError(f"model was built for {model.cfg.name}, not {cfg.name}")
+        checks.positive_ints(num_blocks=num_blocks, block_size=block_size, max_batch=max_batch)
         self.model, self.cfg = model, cfg
         self.allocator_name, self.scheduler_name = allocator, scheduler
         self.max_batch, self.record_logits = max_batch, record_logits
@@ -186,17 +188,14 @@ class Engine:
                 f"request {request.id} needs up to {request.max_len} K/V slots ({len(request.prompt)} prompt + "
                 f"{request.max_tokens} max_tokens) but the whole pool holds {self.alloc.num_slots} "
                 f"({self.alloc.num_slots // self.block_size} blocks of {self.block_size})")
-        if request.max_len > self.cfg.max_position_embeddings:
-            raise ValueError(f"request {request.id} may reach {request.max_len} tokens, past the model's "
-                             f"max_position_embeddings ({self.cfg.max_position_embeddings})")
+        checks.fits_model(request, self.cfg)
 
     @torch.no_grad()
     def run(self, requests: list[Request]) -> RunResult:
         """Serve ``requests`` (all queued at time 0, in order) to completion."""
+        checks.unique_ids(requests)
         for request in requests:
             self.check_fits(request)
-        if len({r.id for r in requests}) != len(requests):
-            raise ValueError("request ids must be unique")
         self.waiting: deque[Sequence] = deque(Sequence(r) for r in requests)
         self.running: list[Sequence] = []
         self.preemptions, self.logits = 0, {}

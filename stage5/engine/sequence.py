@@ -5,6 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
 @dataclass(frozen=True)
 class Request:
     """``prompt`` token ids; ``max_tokens`` is the client's cap on new tokens.
@@ -20,10 +24,18 @@ class Request:
     stop_after: int | None = None
 
     def __post_init__(self) -> None:
-        if not self.prompt:
-            raise ValueError(f"request {self.id}: empty prompt")
-        if self.max_tokens < 1:
-            raise ValueError(f"request {self.id}: max_tokens must be at least 1, got {self.max_tokens}")
+        # Checked here so no engine meets a fractional cap (2.5 would produce 3 tokens) or a non-integer token.
+        if not _is_int(self.id):
+            raise ValueError(f"request id must be an integer, got {self.id!r}")
+        if not isinstance(self.prompt, tuple) or not self.prompt:
+            raise ValueError(f"request {self.id}: prompt must be a non-empty tuple of token ids, got {self.prompt!r}")
+        bad = [t for t in self.prompt if not _is_int(t) or t < 0]
+        if bad:
+            raise ValueError(f"request {self.id}: token ids are integers >= 0, got {bad[0]!r}")
+        if not _is_int(self.max_tokens) or self.max_tokens < 1:
+            raise ValueError(f"request {self.id}: max_tokens must be an integer >= 1, got {self.max_tokens!r}")
+        if self.stop_after is not None and not _is_int(self.stop_after):
+            raise ValueError(f"request {self.id}: stop_after must be None or an integer, got {self.stop_after!r}")
         if self.stop_after is not None and not 1 <= self.stop_after <= self.max_tokens:
             raise ValueError(f"request {self.id}: stop_after={self.stop_after} must lie in 1..max_tokens "
                              f"({self.max_tokens})")

@@ -30,6 +30,7 @@ from typing import Protocol
 
 import torch
 
+from stage5.engine import checks
 from stage5.engine.kv import KVPool, PagedAllocator
 from stage5.engine.model import Transformer
 from stage5.engine.sequence import Request, Sequence
@@ -246,10 +247,17 @@ class SpeculativeEngine:
     def __init__(self, model: Transformer, cfg: ModelConfig, drafter: Drafter, k: int = 4,
                  temperature: float = 0.0, seed: int = 0, num_blocks: int = 256, block_size: int = 16,
                  max_batch: int = 64, rule: Rule = accept_or_resample):
-        if k < 0:
-            raise ValueError(f"k must be non-negative, got {k}")
+        if not isinstance(k, int) or isinstance(k, bool) or k < 0:
+            raise ValueError(f"k (drafted tokens per round) must be an integer >= 0, got {k!r}")
+        if not isinstance(temperature, (int, float)) or not 0 <= temperature < float("inf"):
+            raise ValueError(f"temperature must be a finite number >= 0 (0 = greedy), got {temperature!r}")
+        checks.positive_ints(num_blocks=num_blocks, block_size=block_size, max_batch=max_batch)
         if model.cfg != cfg:
             raise ValueError(f"model was built for {model.cfg.name}, not {cfg.name}")
+        draft_cfg = getattr(getattr(drafter, "runner", None), "cfg", None)
+        if draft_cfg is not None and draft_cfg.vocab_size != cfg.vocab_size:
+            raise ValueError(f"the draft model's vocabulary ({draft_cfg.vocab_size} tokens) differs from the "
+                             f"target's ({cfg.vocab_size}); accepted: a draft model over the same vocabulary")
         self.runner = PagedRunner(model, cfg, num_blocks, block_size)
         self.alloc = self.runner.alloc
         self.drafter, self.k, self.temperature, self.seed = drafter, k, temperature, seed
@@ -258,9 +266,35 @@ class SpeculativeEngine:
     def _budget(self, seq: Sequence) -> int:
         return self.alloc.blocks_for(seq.request.max_len)
 
+    def _draft_alloc(self) -> PagedAllocator | None:
+        """The draft model's own block pool, if the drafter has one."""
+        runner = getattr(self.drafter, "runner", None)
+        return runner.alloc if isinstance(runner, PagedRunner) else None
+
     def _can_admit(self, seq: Sequence, running: list[Sequence]) -> bool:
         promised = sum(self._budget(s) - len(s.block_table) for s in running)
-        return len(running) < self.max_batch and self._budget(seq) + promised <= len(self.alloc.free)
+        if len(running) >= self.max_batch or self._budget(seq) + promised > len(self.alloc.free):
+            return False
+        draft = self._draft_alloc()
+        if draft is None:
+            return True
+        # The draft pool is budgeted too: each running sequence's shadow may grow to its whole max_len.
+        return sum(draft.blocks_for(s.request.max_len) for s in [*running, seq]) <= draft.num_blocks
+
+    def check(self, requests: list[Request]) -> None:
+        """Everything :meth:`run` needs, checked before the first step: unique ids, each request fits both
+        pools and both models' positions, token ids inside the vocabulary."""
+        checks.unique_ids(requests)
+        draft = self._draft_alloc()
+        for r in requests:
+            checks.fits_model(r, self.runner.cfg, "the target model")
+            if self.alloc.blocks_for(r.max_len) > self.alloc.num_blocks:
+                raise ValueError(f"request {r.id} needs {r.max_len} K/V slots; the pool holds {self.alloc.num_slots}")
+            if draft is not None:
+                checks.fits_model(r, self.drafter.runner.cfg, "the draft model")
+                if draft.blocks_for(r.max_len) > draft.num_blocks:
+                    raise ValueError(f"request {r.id} needs {r.max_len} K/V slots in the draft model's pool, which "
+                                     f"holds {draft.num_slots}; give DraftModelDrafter more num_blocks")
 
     def _emit(self, seq: Sequence, logits: torch.Tensor, drafts: list[int], q: torch.Tensor | None,
               generator: torch.Generator) -> list[int]:
@@ -274,9 +308,7 @@ class SpeculativeEngine:
 
     @torch.no_grad()
     def run(self, requests: list[Request]) -> SpecResult:
-        for r in requests:
-            if self.alloc.blocks_for(r.max_len) > self.alloc.num_blocks:
-                raise ValueError(f"request {r.id} needs {r.max_len} K/V slots; the pool holds {self.alloc.num_slots}")
+        self.check(requests)
         generator = torch.Generator().manual_seed(self.seed)
         waiting = [Sequence(r) for r in requests]
         running: list[Sequence] = []
