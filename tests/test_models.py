@@ -1,10 +1,12 @@
 """Model configs: parameter counts against the published ones, KV bytes, and config.json variations."""
 
 import json
+import re
+from pathlib import Path
 
 import pytest
 
-from stage5.models import CONFIG_DIR, ModelConfig, get_model, model_names
+from stage5.models import CONFIG_DIR, MODELLED, ModelConfig, UnsupportedArchitecture, get_model, model_names
 from stage5.names import UnknownNameError
 
 # Published parameter counts: the safetensors totals shown on each model's Hugging Face page
@@ -116,3 +118,87 @@ def test_unknown_model_lists_close_matches():
 
 def test_lookup_forgives_case_and_punctuation():
     assert get_model("Llama3_70B") is get_model("llama3-70b")
+
+
+# ---------------------------------------------------------------- families beyond the registry
+HF_CONFIGS = Path(__file__).parent / "data" / "hf_configs"
+# Published totals: the safetensors parameter count on each model's Hugging Face page, or the model card's
+# figure where that is all the publisher gives (Qwen1.5-MoE-A2.7B: "14.3B" total; DeepSeek-V2-Lite: "15.7B").
+PUBLISHED_FAMILIES = {
+    "qwen3-8b": 8_190_735_360,
+    "gemma-2-9b": 9_241_705_984,
+    "phi-3-mini-4k-instruct": 3_821_079_552,
+    "qwen1.5-moe-a2.7b": 14.3e9,
+    "deepseek-v2-lite": 15.7e9,
+}
+
+
+def _family(name: str) -> ModelConfig:
+    return ModelConfig.from_json_file(HF_CONFIGS / f"{name}.json")
+
+
+def test_every_family_config_cites_its_source():
+    for path in HF_CONFIGS.glob("*.json"):
+        assert json.loads(path.read_text())["_source"].startswith("https://huggingface.co/"), path
+    assert {p.stem for p in HF_CONFIGS.glob("*.json")} == set(PUBLISHED_FAMILIES)
+
+
+@pytest.mark.parametrize("name", sorted(PUBLISHED_FAMILIES))
+def test_family_param_count_matches_published_within_half_a_percent(name):
+    assert _family(name).num_params == pytest.approx(PUBLISHED_FAMILIES[name], rel=0.005)
+
+
+def test_every_modelled_family_is_checked_against_a_published_count():
+    checked = {json.loads(p.read_text())["model_type"] for d in (CONFIG_DIR, HF_CONFIGS) for p in d.glob("*.json")}
+    # gemma (1) is checked through gemma2, which shares its tied-embedding default and adds to its layer.
+    assert set(MODELLED) - checked == {"gemma"}
+
+
+def test_qwen_moe_counts_its_shared_expert():
+    m = _family("qwen1.5-moe-a2.7b")
+    assert m.active_params == pytest.approx(2.7e9, rel=0.005)  # model card: 2.7B activated
+    assert m.shared_expert_size == 5632 and m.shared_expert_gate
+
+
+def test_deepseek_v2_lite_latent_kv_cache():
+    m = _family("deepseek-v2-lite")
+    assert m.is_mla and m.kv_bytes_per_token(2) == (512 + 64) * 27 * 2 == 31_104
+    assert m.dense_layers == 1 and m.moe_layers == 26 and m.num_experts == 64
+    # DeepSeek's "2.4B activated" leaves the input embedding (a table lookup, no FLOPs) out.
+    assert m.active_params - m.vocab_size * m.hidden_size == pytest.approx(2.4e9, rel=0.025)
+
+
+def test_gemma_ties_embeddings_when_the_key_is_absent():
+    m = _family("gemma-2-9b")
+    assert "tie_word_embeddings" not in json.loads((HF_CONFIGS / "gemma-2-9b.json").read_text())
+    assert m.tie_embeddings
+    gemma1 = ModelConfig.from_hf_config(_llama_like(model_type="gemma"))
+    assert gemma1.tie_embeddings and not ModelConfig.from_hf_config(_llama_like()).tie_embeddings
+
+
+def test_sliding_windows_cap_kv_per_sequence():
+    gemma2 = _family("gemma-2-9b")  # window on alternate layers, 4096 by Gemma2Config's default
+    assert (gemma2.sliding_window, gemma2.sliding_layers) == (4096, 21)
+    per_layer = gemma2.kv_bytes_per_token(2) / 42
+    assert gemma2.kv_bytes_per_sequence(8192, 2) == per_layer * (21 * 8192 + 21 * 4096)
+    assert gemma2.kv_bytes_per_sequence(1000, 2) == 1000 * gemma2.kv_bytes_per_token(2)
+    mistral = get_model("mistral-7b")
+    assert (mistral.sliding_window, mistral.sliding_layers) == (4096, 32)
+    assert mistral.kv_bytes_per_sequence(32768, 2) == 4096 * mistral.kv_bytes_per_token(2)
+    assert _family("qwen1.5-moe-a2.7b").sliding_window == 0  # use_sliding_window is false
+
+
+@pytest.mark.parametrize("cfg, message", [
+    ({"model_type": "bert", "hidden_size": 768, "num_hidden_layers": 12, "num_attention_heads": 12,
+      "vocab_size": 30522}, "is an encoder"),
+    ({"model_type": "t5", "d_model": 512, "num_layers": 6, "num_heads": 8, "vocab_size": 32128,
+      "is_encoder_decoder": True}, "encoder-decoder"),
+    ({"model_type": "falcon", "hidden_size": 4544, "num_hidden_layers": 32, "num_attention_heads": 71,
+      "vocab_size": 65024, "parallel_attn": True, "new_decoder_architecture": False}, "parallel_attn"),
+    ({"hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4, "vocab_size": 10}, "(missing)"),
+    (_llama_like(kv_lora_rank=512, qk_rope_head_dim=64), "kv_lora_rank"),
+    (_llama_like(model_type="qwen2", use_sliding_window=True, sliding_window=4096), "use_sliding_window"),
+])
+def test_unmodelled_architectures_are_refused_by_name(cfg, message):
+    with pytest.raises(UnsupportedArchitecture, match=re.escape(message)):
+        ModelConfig.from_hf_config(cfg)
