@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import math
 import numbers
+import re
 from collections.abc import Callable
 from typing import Any, NoReturn
 
@@ -108,18 +109,21 @@ class OneLineParser(argparse.ArgumentParser):
     """argparse, but a bad argument prints one line (``error: ...``) instead of the usage block, exit status 2."""
 
     def error(self, message: str) -> NoReturn:
+        message = re.sub(r"^argument ([^:]+): ", r"\1 ", message)  # "--batch must be ...", not "argument --batch: ..."
         self.exit(2, f"error: {self.prog}: {message} (see {self.prog} --help)\n")
 
 
 def arg_int(minimum: int = 1) -> Callable[[str], int]:
     """An argparse ``type`` for integers >= ``minimum`` whose error says what is accepted."""
+    accepted = "a positive integer" if minimum == 1 else f"an integer >= {minimum}"
+
     def parse(text: str) -> int:
         try:
             value = int(text)
         except ValueError:
-            raise argparse.ArgumentTypeError(f"expected an integer >= {minimum}, got {text!r}") from None
+            raise argparse.ArgumentTypeError(f"must be {accepted}, got {text!r}") from None
         if value < minimum:
-            raise argparse.ArgumentTypeError(f"expected an integer >= {minimum}, got {text!r}")
+            raise argparse.ArgumentTypeError(f"must be {accepted}, got {text!r}")
         return value
     return parse
 
@@ -134,9 +138,9 @@ def arg_real(low: float = 0.0, high: float = math.inf, low_open: bool = True) ->
         try:
             value = float(text)
         except ValueError:
-            raise argparse.ArgumentTypeError(f"expected {accepted}, got {text!r}") from None
+            raise argparse.ArgumentTypeError(f"must be {accepted}, got {text!r}") from None
         too_low = value <= low if low_open else value < low
         if not math.isfinite(value) or too_low or value > high:
-            raise argparse.ArgumentTypeError(f"expected {accepted}, got {text!r}")
+            raise argparse.ArgumentTypeError(f"must be {accepted}, got {text!r}")
         return value
     return parse

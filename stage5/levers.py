@@ -154,7 +154,6 @@ def diagnose_reference(model: str | ModelConfig, gpu: str | Hardware, num_gpus: 
     if tpot_slo_s is not None:
         inputs.positive(tpot_slo_s, "tpot_slo_s")
     dep = deployment(model, gpu, num_gpus, weights, kv)
-    inputs.within_context(prompt + output, dep.model.max_position_embeddings, "prompt + output", dep.model.name)
     seq, ctx = prompt + output, prompt + output / 2
     fit = int(cost.max_concurrency(dep, seq))
     if concurrency > fit:
