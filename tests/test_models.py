@@ -126,6 +126,7 @@ HF_CONFIGS = Path(__file__).parent / "data" / "hf_configs"
 # figure where that is all the publisher gives (Qwen1.5-MoE-A2.7B: "14.3B" total; DeepSeek-V2-Lite: "15.7B").
 PUBLISHED_FAMILIES = {
     "qwen3-8b": 8_190_735_360,
+    "gemma-2b": 2_506_172_416,
     "gemma-2-9b": 9_241_705_984,
     "phi-3-mini-4k-instruct": 3_821_079_552,
     "qwen1.5-moe-a2.7b": 14.3e9,
@@ -150,8 +151,7 @@ def test_family_param_count_matches_published_within_half_a_percent(name):
 
 def test_every_modelled_family_is_checked_against_a_published_count():
     checked = {json.loads(p.read_text())["model_type"] for d in (CONFIG_DIR, HF_CONFIGS) for p in d.glob("*.json")}
-    # gemma (1) is checked through gemma2, which shares its tied-embedding default and adds to its layer.
-    assert set(MODELLED) - checked == {"gemma"}
+    assert set(MODELLED) <= checked
 
 
 def test_qwen_moe_counts_its_shared_expert():
@@ -172,6 +172,7 @@ def test_gemma_ties_embeddings_when_the_key_is_absent():
     m = _family("gemma-2-9b")
     assert "tie_word_embeddings" not in json.loads((HF_CONFIGS / "gemma-2-9b.json").read_text())
     assert m.tie_embeddings
+    assert _family("gemma-2b").tie_embeddings  # its published count (2.506 B) holds only with a tied head
     gemma1 = ModelConfig.from_hf_config(_llama_like(model_type="gemma"))
     assert gemma1.tie_embeddings and not ModelConfig.from_hf_config(_llama_like()).tie_embeddings
 
