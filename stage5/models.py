@@ -3,6 +3,10 @@
 A config is read from a Hugging Face ``config.json`` dict (:meth:`ModelConfig.from_hf_config`), so every
 count here is derived from a published file, not typed in. The registry's files live in
 ``stage5/configs/*.json``; each one names the URL it was copied from in its ``_source`` field.
+
+The reader knows the model_types in :data:`FAMILIES` (Llama, Mistral/Mixtral, Qwen2/Qwen2-MoE/Qwen3,
+Gemma/Gemma-2, Phi-3, GPT-2, DeepSeek-V2) and refuses anything else by name: an encoder, an encoder-decoder, an
+unknown model_type, or a key that changes the architecture in a way its family does not.
 """
 
 from __future__ import annotations
@@ -290,10 +294,10 @@ class ModelConfig:
             name=label, vocab_size=vocab, hidden_size=hidden, num_layers=layers, num_heads=heads,
             num_kv_heads=kv_heads, head_dim=head_dim, intermediate_size=intermediate,
             tie_embeddings=flag("tie_word_embeddings", fam.tied),
-            qkv_bias=flag("attention_bias", fam.qkv_bias) if "attention_bias" in cfg else fam.qkv_bias,
+            qkv_bias=flag("attention_bias", fam.qkv_bias),
             num_experts=experts, max_position_embeddings=max_pos,
             rope_theta=real("rope_theta", 10000.0),
-            norm_eps=real("rms_norm_eps", 0.0) or real("layer_norm_epsilon", 1e-5),
+            norm_eps=real("layer_norm_epsilon" if fam.gpt2 else "rms_norm_eps", 1e-5),
             norms_per_layer=fam.norms_per_layer, qk_norm=fam.qk_norm, **extra)
 
     @classmethod
