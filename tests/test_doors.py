@@ -372,6 +372,51 @@ def test_deploy_cli_answers_or_exits_2_with_one_line(flags, model, capsys):
     assert info["tpot_ms"] > 0 and info["usd_per_million_tokens"] > 0
 
 
+@FEW
+@given(cfg=st.one_of(mutated_configs(), JSON_VALUES))
+def test_model_cli_answers_in_strict_json_or_exits_2(cfg, tmp_path, capsys):
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(cfg))
+    code = main(["model", str(path), "--json"])
+    captured = capsys.readouterr()
+    if code == 2:
+        assert captured.err.startswith("error: ") and captured.err.count("\n") == 1
+        return
+    assert code == 0
+    info = _strict_json(captured.out)
+    assert info["params"] > 0 and info["kv_bytes_per_token_bf16"] > 0
+
+
+ENGINE_SIZES = st.one_of(st.integers(-1, 64), st.sampled_from([2.5, True, None, "8"]))
+
+
+@FEW
+@given(kwargs=st.fixed_dictionaries({}, optional={"num_blocks": ENGINE_SIZES, "block_size": ENGINE_SIZES,
+                                                  "max_batch": ENGINE_SIZES, "k": ENGINE_SIZES,
+                                                  "temperature": NUMBERS}),
+       speculative=st.booleans())
+def test_engine_constructors_check_their_arguments(tiny, kwargs, speculative):
+    try:
+        if speculative:
+            engine = SpeculativeEngine(tiny, CFG, PromptLookupDrafter(), **kwargs)
+        else:
+            kwargs.pop("k", None)
+            kwargs.pop("temperature", None)
+            engine = Engine(tiny, CFG, **kwargs)
+    except (ValueError, TypeError) as err:
+        assert str(err)
+        return
+    # A valid engine serves a request that fits it, or refuses it up front with the reason.
+    request = Request(0, (1, 2, 3), 3)
+    try:
+        out = engine.run([request]).outputs[0]
+    except ValueError as err:
+        assert "slots" in str(err)
+        return
+    if not speculative or engine.temperature == 0:
+        assert out == generate(tiny, [1, 2, 3], 3)
+
+
 @settings(max_examples=15, deadline=None)
 @given(specs=st.lists(st.tuples(st.integers(-2, 3), st.lists(st.integers(-1, CFG.vocab_size), min_size=0, max_size=12),
                                 st.one_of(st.integers(-1, 12), st.sampled_from([2.5, True]))), max_size=4),

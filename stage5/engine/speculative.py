@@ -249,7 +249,8 @@ class SpeculativeEngine:
                  max_batch: int = 64, rule: Rule = accept_or_resample):
         if not isinstance(k, int) or isinstance(k, bool) or k < 0:
             raise ValueError(f"k (drafted tokens per round) must be an integer >= 0, got {k!r}")
-        if not isinstance(temperature, (int, float)) or not 0 <= temperature < float("inf"):
+        if (not isinstance(temperature, (int, float)) or isinstance(temperature, bool)
+                or not 0 <= temperature < float("inf")):
             raise ValueError(f"temperature must be a finite number >= 0 (0 = greedy), got {temperature!r}")
         checks.positive_ints(num_blocks=num_blocks, block_size=block_size, max_batch=max_batch)
         if model.cfg != cfg:
