@@ -9,7 +9,10 @@ weights in decimal GB (1e9 bytes) where the source quotes them so.
 What it assumes (each flatters the result): FLOPs per token are 2 x active parameters (attention-score FLOPs,
 4 x context x layers x q_heads x head_dim per token, are left out; they add under 10% for Llama 3 70B at
 4K context); tensor parallelism scales perfectly across ``num_gpus`` with no communication cost; a fixed MFU
-(model FLOP utilisation) regardless of batch; perfect batching with no queueing.
+(model FLOP utilisation) regardless of batch; perfect batching with no queueing. One assumption runs the other
+way: KV bytes are priced full-length on every layer, so a model with a sliding window (Mistral-7B v0.1, Gemma-2)
+is charged more KV memory and traffic past its window than it uses (``ModelConfig.kv_bytes_per_sequence`` has
+the windowed figure).
 """
 
 from __future__ import annotations

@@ -63,7 +63,7 @@ _ARCH_KEYS: dict[str, set[str]] = {
     "num_local_experts": {"mixtral"}, "moe_intermediate_size": {"qwen2_moe", "deepseek_v2"},
     "sliding_window": {"mistral", "mixtral", "phi3", "gemma2", "qwen2", "qwen2_moe", "qwen3"},
     "parallel_attn": set(), "alibi": set(), "new_decoder_architecture": set(), "parallel_residual": set(),
-    "partial_rotary_factor": set(), "rotary_pct": set(), "layer_types": {"gemma2"},
+    "mlp_bias": set(), "is_encoder_decoder": set(),
 }
 # Keys every reader may ignore: they do not change parameter or KV counts.
 _IGNORED_KEYS = {
@@ -79,7 +79,8 @@ _IGNORED_KEYS = {
     "multi_query", "resid_pdrop", "embd_pdrop", "attn_pdrop", "summary_type", "summary_use_proj", "summary_activation",
     "summary_proj_to_labels", "summary_first_dropout", "task_specific_params", "original_max_position_embeddings",
     "topk_method", "n_group", "topk_group", "routed_scaling_factor", "scoring_func", "aux_loss_alpha",
-    "seq_aux", "ep_size", "pretraining_tp", "mlp_bias", "embd_layer", "resid_dropout", "embd_dropout",
+    "seq_aux", "ep_size", "pretraining_tp", "embd_layer", "resid_dropout", "embd_dropout", "layer_types",
+    "partial_rotary_factor", "rotary_pct",  # how much of each head is rotated: no change to any count
 }
 MODELLED = tuple(FAMILIES)
 
@@ -277,12 +278,15 @@ class ModelConfig:
                 raise UnsupportedArchitecture(f"{label}: use_sliding_window=true (a window on some layers from "
                                               "max_window_layers on) is not modelled")
             window = 0
+        layer_types = cfg.get("layer_types")
+        if layer_types is not None and (not isinstance(layer_types, list) or len(layer_types) != layers
+                                        or not set(layer_types) <= {"full_attention", "sliding_attention"}):
+            raise UnsupportedArchitecture(
+                f"{label}: layer_types must list one of full_attention or sliding_attention per layer ({layers}); "
+                f"other layer types (linear attention, ...) are not modelled. Got {layer_types!r:.120}")
         if window and window < max_pos:
-            layer_types = cfg.get("layer_types")
-            if isinstance(layer_types, list) and len(layer_types) == layers:
-                sliding = sum(t == "sliding_attention" for t in layer_types)
-            elif layer_types is not None:
-                raise ValueError(f"{label}: layer_types must list one type per layer ({layers}), got {layer_types!r}")
+            if layer_types is not None:  # newer config.json files say which layers slide
+                sliding = layer_types.count("sliding_attention")
             else:
                 sliding = (layers + 1) // 2 if fam.window == "alternate" else layers
             if sliding:

@@ -203,3 +203,15 @@ def test_sliding_windows_cap_kv_per_sequence():
 def test_unmodelled_architectures_are_refused_by_name(cfg, message):
     with pytest.raises(UnsupportedArchitecture, match=re.escape(message)):
         ModelConfig.from_hf_config(cfg)
+
+
+def test_layer_types_say_which_layers_slide():
+    qwen = json.loads((CONFIG_DIR / "qwen2.5-7b.json").read_text())
+    layers = qwen["num_hidden_layers"]
+    full = {**qwen, "layer_types": ["full_attention"] * layers, "sliding_window": 131072, "use_sliding_window": False}
+    assert ModelConfig.from_hf_config(full).num_params == get_model("qwen2.5-7b").num_params
+    gemma2 = json.loads((HF_CONFIGS / "gemma-2-9b.json").read_text())
+    three = ["sliding_attention", "sliding_attention", "full_attention"] * 14
+    assert ModelConfig.from_hf_config({**gemma2, "layer_types": three}).sliding_layers == 28
+    with pytest.raises(UnsupportedArchitecture, match="linear attention"):
+        ModelConfig.from_hf_config({**gemma2, "layer_types": ["linear_attention"] * 42})
