@@ -98,7 +98,8 @@ def _refuse_unknown(cfg: dict[str, Any], model_type: str, label: str) -> None:
                                       f"decoder-only models are modelled: {', '.join(MODELLED)}")
     if model_type not in FAMILIES:
         unknown = sorted(k for k in cfg if k not in _IGNORED_KEYS and not k.startswith("_"))
-        keys = f"; keys it does not understand: {', '.join(unknown[:12])}" + (" ..." if len(unknown) > 12 else "")
+        keys = f"; keys it does not understand: {', '.join(map(repr, unknown[:12]))}" + (
+            " ..." if len(unknown) > 12 else "")
         raise UnsupportedArchitecture(
             f"{label}: model_type {model_type or '(missing)'!r} is not modelled{keys if unknown else ''}. "
             f"Modelled model_types: {', '.join(MODELLED)}")
@@ -204,9 +205,13 @@ class ModelConfig:
         if not isinstance(cfg, dict):
             raise TypeError(f"expected a config.json object ({{...}}), got {type(cfg).__name__}")
         raw_type = cfg.get("model_type", "")
-        model_type = raw_type.lower() if isinstance(raw_type, str) else ""
+        if not isinstance(raw_type, str):
+            raise UnsupportedArchitecture(f"model_type must be a string naming the architecture, got {raw_type!r}; "
+                                          f"modelled: {', '.join(MODELLED)}")
+        model_type = raw_type.lower()
         raw_label = name or cfg.get("_name_or_path") or model_type or "model"
-        label = raw_label if isinstance(raw_label, str) else "model"
+        label = " ".join(raw_label.split()) if isinstance(raw_label, str) else ""  # one line, whatever was pasted
+        label = label or "model"
         _refuse_unknown(cfg, model_type, label)
         fam = FAMILIES[model_type]
 
