@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-import argparse
 import sys
 
 from stage5 import __version__
+from stage5.inputs import OneLineParser
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog="python -m stage5",
         description="Stage 5: Inference - cost model, figures and toy-engine benchmarks.")
     parser.add_argument("--version", action="version", version=f"stage5 {__version__}")

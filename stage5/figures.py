@@ -7,7 +7,6 @@ H100 SXM GPUs, with an 8 GiB-per-GPU activation reserve.
 
 from __future__ import annotations
 
-import argparse
 import json
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -15,6 +14,7 @@ from functools import cache
 
 from stage5 import cost
 from stage5.hardware import GB, GiB, get_gpu
+from stage5.inputs import OneLineParser
 from stage5.models import get_model
 
 
@@ -123,7 +123,7 @@ def figure(fid: str) -> float:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m stage5 figures", description=__doc__.split("\n")[0])
+    parser = OneLineParser(prog="python -m stage5 figures", description=__doc__.split("\n")[0])
     parser.add_argument("--json", action="store_true", help="print {id: value} as JSON")
     args = parser.parse_args(argv)
     figs = all_figures()

@@ -136,7 +136,8 @@ def test_model_reports_sliding_window_and_mla(capsys):
     assert "31,104 bytes per token (MLA" in capsys.readouterr().out
 
 
-@pytest.mark.parametrize("argv", [["--bogus"], ["model", "gpt2", "--bogus"], ["deploy", "--bogus"],
+@pytest.mark.parametrize("argv", [["--bogus"], ["bogus"], ["figures", "--bogus"], ["model", "gpt2", "--bogus"],
+                                  ["deploy", "--bogus"],
                                   ["bench", "--block-size", "0"], ["bench", "--max-batch", "0"],
                                   ["bench", "--seed", "-1"], ["bench", "spec", "--k", "-1"],
                                   ["bench", "--blocks", "1"]])
