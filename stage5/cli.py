@@ -64,7 +64,7 @@ def load_model(text: str) -> ModelConfig:
 
 def model_main(argv: list[str]) -> int:
     parser = inputs.OneLineParser(prog="python -m stage5 model",
-                                     description="Parameters, weight bytes and KV bytes per token of a model.")
+                                  description="Parameters, weight bytes and KV bytes per token of a model.")
     parser.add_argument("config", help="path to a Hugging Face config.json, or a registry name")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
