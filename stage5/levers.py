@@ -19,40 +19,16 @@ from stage5 import cost
 from stage5.hardware import Hardware
 from stage5.models import ModelConfig
 from stage5.quantization import deployment
+from stage5.routing import blended_saving, cost_ratio
 
 OBJECTIVES = ("cost", "latency")
 LEVERS = ("batching", "prefix_caching", "quantization", "speculative")  # also the tie-break order
 DEFAULT_TPOT_SLO_S = 0.05  # 50 ms per output token (20 tokens/s per user): the cap on the batching lever
 
 
-# ------------------------------------------------------------------------------------------ cost terms
-@dataclass(frozen=True)
-class CostTerms:
-    """Cost per output token in steady decode as a product: price x seconds per step / tokens per step.
-
-    ``price_per_s``: dollars per second for the whole deployment (GPUs x $/GPU-hour / 3600).
-    ``step_s``: seconds one decode step takes, max(bytes / bandwidth, FLOPs / achieved FLOP/s).
-    ``tokens_per_step``: output tokens one step yields (batch x tokens per sequence per step).
-    """
-
-    price_per_s: float
-    step_s: float
-    tokens_per_step: float
-
-    @property
-    def dollars_per_token(self) -> float:
-        return self.price_per_s * self.step_s / self.tokens_per_step
-
-    @property
-    def dollars_per_million(self) -> float:
-        return 1e6 * self.dollars_per_token
-
-
-def cost_terms(dep: cost.Deployment, batch: float, context: float, tokens_per_seq: float = 1.0,
-               price_per_gpu_hour: float = cost.DEFAULT_PRICE_PER_GPU_HOUR) -> CostTerms:
-    """The three terms for ``batch`` sequences of ``context`` tokens (``tokens_per_seq`` > 1: speculation)."""
-    step = float(cost.decode_step(dep, batch, context).time_s)
-    return CostTerms(price_per_gpu_hour * dep.num_gpus / 3600.0, step, float(batch) * tokens_per_seq)
+# The cost terms live in stage5.cost; re-exported here, where the chapters and the exercise first meet them.
+CostTerms = cost.CostTerms
+cost_terms = cost.cost_terms
 
 
 # ------------------------------------------------------------------------------------------ per request
@@ -73,7 +49,7 @@ def dollars_per_million(dep: cost.Deployment, prompt: float, output: float, conc
                         price_per_gpu_hour: float = cost.DEFAULT_PRICE_PER_GPU_HOUR) -> float:
     """Dollars per million output tokens, prefill time included (prompt tokens are not billed separately)."""
     pre, dec = request_seconds(dep, prompt, output, concurrency, prefix_hit, decode_speedup)
-    return price_per_gpu_hour * dep.num_gpus / 3600.0 * (pre + dec) / output * 1e6
+    return cost.CostTerms(cost.price_per_s(dep, price_per_gpu_hour), pre + dec, output).dollars_per_million
 
 
 def latency_s(dep: cost.Deployment, prompt: float, output: float, concurrency: float,
@@ -210,8 +186,6 @@ def lever_ranking(model: str | ModelConfig = "llama3-70b", gpu: str | Hardware =
     quantization: FP8 weights and KV cache at the well-batched concurrency; kernels: MFU from the default to
     :data:`KERNEL_MFU` at that concurrency. Prefill is outside these terms (see :func:`diagnose_reference`).
     """
-    from stage5.routing import blended_saving, cost_ratio
-
     dep = deployment(model, gpu, num_gpus)
     seq, ctx = prompt + output, prompt + output / 2
     good = int(cost.max_concurrency(dep, seq))

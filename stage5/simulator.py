@@ -17,7 +17,7 @@ import html
 import json
 import math
 import time
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, replace
 
 from stage5 import cost, levers
 from stage5.hardware import gpu_names
@@ -268,7 +268,3 @@ class Simulator:
                               w.HBox([self.record_button, self.reveal_button]), self.hide, self.feedback])
             self._widget = w.VBox([w.HBox([left, mid]), predict, self.result, self.timing])
         return self._widget
-
-
-def inputs_dict(inputs: SimInputs) -> dict[str, object]:
-    return asdict(inputs)
