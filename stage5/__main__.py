@@ -20,6 +20,8 @@ def main(argv: list[str] | None = None) -> int:
                    add_help=False)
     sub.add_parser("bench", help="serve a seeded workload through the toy engines (bench [prefix|spec])",
                    add_help=False)
+    sub.add_parser("validate", help="the floor and the estimate against published serving measurements (--json)",
+                   add_help=False)
     args, rest = parser.parse_known_args(argv)
     if args.command is None:
         parser.print_help()
@@ -30,6 +32,8 @@ def main(argv: list[str] | None = None) -> int:
     elif args.command in ("model", "deploy"):
         from stage5.cli import deploy_main, model_main
         run = model_main if args.command == "model" else deploy_main
+    elif args.command == "validate":
+        from stage5.validate import main as run
     else:
         from stage5.engine.bench import main as run
     return run(rest)

@@ -7,10 +7,9 @@ import json
 import sys
 
 from stage5 import cost
-from stage5.hardware import GB, GiB, get_gpu
+from stage5.hardware import GB, GiB
 from stage5.models import ModelConfig, get_model
-
-FORMATS = {"bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "int8": 1.0, "int4": 0.5}
+from stage5.quantization import KV_FORMATS, WEIGHT_FORMATS, deployment
 
 
 def _fail(message: str) -> int:
@@ -96,8 +95,9 @@ def deploy_main(argv: list[str]) -> int:
     parser.add_argument("--context", type=int, required=True, help="tokens per sequence held in the KV cache")
     parser.add_argument("--batch", type=int, required=True, help="concurrent sequences")
     parser.add_argument("--prompt", type=int, default=None, help="prompt tokens for TTFT (default: --context)")
-    parser.add_argument("--weights", choices=sorted(FORMATS), default="bf16")
-    parser.add_argument("--kv", choices=sorted(FORMATS), default="bf16")
+    parser.add_argument("--weights", choices=list(WEIGHT_FORMATS), default="bf16",
+                        help="weight format (stage5.quantization.WEIGHT_FORMATS)")
+    parser.add_argument("--kv", choices=list(KV_FORMATS), default="bf16", help="KV-cache format")
     parser.add_argument("--mfu", type=float, default=cost.DEFAULT_MFU)
     parser.add_argument("--price", type=float, default=cost.DEFAULT_PRICE_PER_GPU_HOUR, help="USD per GPU-hour")
     parser.add_argument("--json", action="store_true")
@@ -107,8 +107,7 @@ def deploy_main(argv: list[str]) -> int:
             return _fail(f"--{name} must be a positive integer, got {getattr(args, name)}")
     try:
         model = ModelConfig.from_json_file(args.model) if args.model.endswith(".json") else get_model(args.model)
-        dep = cost.Deployment(model, get_gpu(args.gpu), args.gpus, FORMATS[args.weights], FORMATS[args.kv],
-                              mfu=args.mfu)
+        dep = deployment(model, args.gpu, args.gpus, args.weights, args.kv, mfu=args.mfu)
         info = diagnose_deployment(dep, args.context, args.batch, args.prompt, args.price)
     except (ValueError, FileNotFoundError) as err:
         return _fail(str(err))

@@ -22,7 +22,7 @@ of :class:`Estimate` with its source, and each can be switched off alone (:meth:
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -33,6 +33,8 @@ ArrayLike = float | int | np.ndarray
 
 DEFAULT_PRICE_PER_GPU_HOUR = 3.0  # USD; the anchor the source text takes from nanochat's stated rental price
 DEFAULT_MFU = 0.5  # an estimate: well-tuned large matmuls reach 50-70% of dense peak; decode kernels less
+# The course's anchor deployment, the source text's worked example: Llama 3 70B in BF16 on four H100 SXM GPUs.
+ANCHOR_MODEL, ANCHOR_GPU, ANCHOR_GPUS = "llama3-70b", "H100-SXM", 4
 RESERVE_PER_GPU_GiB = 8.0  # activations and workspace; 4 GPUs x 8 = the 32 GiB the source text leaves aside
 
 
@@ -84,11 +86,23 @@ class Estimate:
     def without(self, *terms: str) -> Estimate:
         """This estimate with the named terms switched off: a switch becomes False, a fraction becomes 1 (the
         datasheet's bandwidth, or peak FLOP/s). Unknown names list the terms there are."""
-        known = {f.name for f in fields(self)} - {"step_token_budget"}
-        unknown = set(terms) - known
+        unknown = set(terms) - set(TERMS)
         if unknown:
-            raise ValueError(f"unknown estimate terms {sorted(unknown)}; accepted: {sorted(known)}")
+            raise ValueError(f"unknown estimate terms {sorted(unknown)}; accepted: {sorted(TERMS)}")
         return replace(self, **{t: (False if isinstance(getattr(self, t), bool) else 1.0) for t in terms})
+
+    @classmethod
+    def only(cls, *terms: str, mfu: float = DEFAULT_MFU) -> Estimate:
+        """The floor plus the named terms at their defaults: the other switches off, the datasheet's bandwidth,
+        and ``mfu`` for any MFU not named. ``Estimate.only("additive_attention")`` is the source text's step
+        with attention's KV reads added instead of overlapped."""
+        base = cls()
+        off = cls(bandwidth_fraction=1.0, prefill_mfu=mfu, decode_mfu=mfu, additive_attention=False, allreduce=False,
+                  prefill_attention=False, mixed_step=False)
+        unknown = set(terms) - set(TERMS)
+        if unknown:
+            raise ValueError(f"unknown estimate terms {sorted(unknown)}; accepted: {sorted(TERMS)}")
+        return replace(off, **{t: getattr(base, t) for t in terms})
 
 
 TERMS = ("bandwidth_fraction", "prefill_mfu", "decode_mfu", "additive_attention", "allreduce", "prefill_attention",

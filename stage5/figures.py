@@ -41,7 +41,7 @@ def _one() -> cost.Deployment:
 
 
 def _four(**kw: float) -> cost.Deployment:
-    return cost.Deployment.of("llama3-70b", "H100-SXM", 4, **kw)
+    return cost.Deployment.of(cost.ANCHOR_MODEL, cost.ANCHOR_GPU, cost.ANCHOR_GPUS, **kw)
 
 
 CONTEXTS = {"1k": 1024, "4k": 4096, "32k": 32768, "128k": 131072}
@@ -193,12 +193,13 @@ def _mha():
 # Quantization, the levers, the simulator. Same anchor deployment; helpers imported lazily.
 def _q(weights: str = "bf16", kv: str = "bf16") -> cost.Deployment:
     from stage5.quantization import deployment
-    return deployment("llama3-70b", "H100-SXM", 4, weights, kv)
+    return deployment(cost.ANCHOR_MODEL, cost.ANCHOR_GPU, cost.ANCHOR_GPUS, weights, kv)
 
 
 def _qgain(case: str, prompt: int, output: int, weights: str = "fp8") -> float:
     from stage5.quantization import end_to_end_gain
-    return float(end_to_end_gain("llama3-70b", "H100-SXM", 4, prompt, output, QUANT_BATCH, weights, case))
+    return float(end_to_end_gain(cost.ANCHOR_MODEL, cost.ANCHOR_GPU, cost.ANCHOR_GPUS, prompt, output, QUANT_BATCH,
+                                 weights, case))
 
 
 QUANT_BATCH = 64  # the batch at which chapter 8 compares formats
@@ -237,7 +238,7 @@ for _lever in ("batching", "routing", "quantization", "kernels"):
         lambda name=_lever: _ranking()[name])
 _fig("routing_cost_ratio_8b_70b", "x", "decode cost per token, Llama 3 8B on 1 H100 over 70B on 4, both at max batch")(
     lambda: __import__("stage5.routing", fromlist=["cost_ratio"]).cost_ratio(
-        "llama3-70b", "H100-SXM", 4, "llama3-8b", "H100-SXM", 1, 1024, 256))
+        cost.ANCHOR_MODEL, cost.ANCHOR_GPU, cost.ANCHOR_GPUS, "llama3-8b", cost.ANCHOR_GPU, 1, 1024, 256))
 SPEC_ALPHA, SPEC_K = 0.7, 4  # the acceptance rate and draft length of the source's speculation example
 SPEC_BATCH, SPEC_CONTEXT = 256, 1280  # chapter 10's loaded server: batch 256, full 1,024 + 256-token sequences
 _fig("spec_speedup_b256_s1280", "x", "speculative speedup (alpha 0.7, k 4) at batch 256, 1,280-token contexts, 4xH100")(

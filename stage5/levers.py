@@ -175,9 +175,10 @@ def naive_batch(dep: cost.Deployment, occupancy: float = NAIVE_OCCUPANCY) -> int
     return max(1, int(np.floor(slots * occupancy)))
 
 
-def lever_ranking(model: str | ModelConfig = "llama3-70b", gpu: str | Hardware = "H100-SXM", num_gpus: int = 4,
-                  prompt: int = 1024, output: int = 256, small_model: str | ModelConfig = "llama3-8b",
-                  small_gpus: int = 1, easy_share: float = 0.8) -> dict[str, float]:
+def lever_ranking(model: str | ModelConfig = cost.ANCHOR_MODEL, gpu: str | Hardware = cost.ANCHOR_GPU,
+                  num_gpus: int = cost.ANCHOR_GPUS, prompt: int = 1024, output: int = 256,
+                  small_model: str | ModelConfig = "llama3-8b", small_gpus: int = 1, easy_share: float = 0.8,
+                  estimate: cost.Estimate | None = None) -> dict[str, float]:
     """Gain in steady-decode cost per output token (:class:`CostTerms`) of each lever, as orders of magnitude.
 
     Sequences hold ``prompt + output`` tokens of KV and are costed at the mean context (prompt + output / 2).
@@ -185,16 +186,17 @@ def lever_ranking(model: str | ModelConfig = "llama3-70b", gpu: str | Hardware =
     to ``small_model`` on ``small_gpus`` (:func:`stage5.routing.blended_saving`, both at their largest batch);
     quantization: FP8 weights and KV cache at the well-batched concurrency; kernels: MFU from the default to
     :data:`KERNEL_MFU` at that concurrency. Prefill is outside these terms (see :func:`diagnose_reference`).
+    ``estimate``: price every deployment in estimate mode with these terms (default: the floor).
     """
-    dep = deployment(model, gpu, num_gpus)
+    dep = deployment(model, gpu, num_gpus, estimate=estimate)
     seq, ctx = prompt + output, prompt + output / 2
     good = int(cost.max_concurrency(dep, seq))
 
     def usd(d: cost.Deployment, c: float) -> float:
         return cost_terms(d, c, ctx).dollars_per_token
 
-    fp8 = deployment(model, gpu, num_gpus, "fp8", "fp8")
-    faster = deployment(model, gpu, num_gpus, mfu=KERNEL_MFU)
+    fp8 = deployment(model, gpu, num_gpus, "fp8", "fp8", estimate=estimate)
+    faster = deployment(model, gpu, num_gpus, mfu=KERNEL_MFU, estimate=estimate)
     ratio = cost_ratio(model, gpu, num_gpus, small_model, gpu, small_gpus, prompt, output)
     return {
         "batching": usd(dep, naive_batch(dep)) / usd(dep, good),

@@ -32,10 +32,10 @@ class SimInputs:
     """Everything the learner can set. ``k = 0`` turns speculation off; ``prefix_hit`` is the fraction of each
     prompt found in the prefix cache. ``model == PASTED`` reads the model from ``config_json``."""
 
-    model: str = "llama3-70b"
+    model: str = cost.ANCHOR_MODEL
     config_json: str = ""
-    gpu: str = "H100-SXM"
-    num_gpus: int = 4
+    gpu: str = cost.ANCHOR_GPU
+    num_gpus: int = cost.ANCHOR_GPUS
     weights: str = "bf16"
     kv: str = "bf16"
     prompt: int = 1024
