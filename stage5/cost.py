@@ -49,8 +49,8 @@ class Estimate:
         all its kernels (mikamirai.com, "GPU Memory Bandwidth: What Your Profiler Isn't Telling You", 2026; its
         per-kernel table ranges from 42% for KV-cache reads to 84% for coalesced matrix loads).
     ``prefill_mfu``, ``decode_mfu``: achieved over peak FLOP/s of the big matmuls. 0.40: Llama 3 405B training on
-        H100s reached 380-430 TFLOP/s per GPU, 38-43% MFU (Llama Team, "The Llama 3 Herd of Models", 2024,
-        table 4); serving kernels are assumed no better.
+        H100s reached 380-430 BF16 TFLOP/s per GPU, 38-43% MFU (Llama Team, "The Llama 3 Herd of Models",
+        2024, cite key llama3herd2024); serving kernels are assumed no better.
     ``additive_attention``: attention is its own kernel, bound by bandwidth at every batch, so its KV reads add
         to the step instead of overlapping the weight matmuls: KV / bandwidth + max(weights / bandwidth,
         linear FLOPs / FLOP/s) (Austin et al., "How to Scale Your Model", 2025, the inference chapter).

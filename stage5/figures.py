@@ -332,3 +332,59 @@ _fig("spec_speedup_4xH100_b1_s1280", "x", "speculative speedup (alpha 0.7, k 4) 
     lambda: float(cost.speculative_speedup(_four(), 1, SPEC_CONTEXT, SPEC_ALPHA, SPEC_K)))
 _fig("spec_speedup_4xH100_b64_s1280", "x", "speculative speedup (alpha 0.7, k 4) at batch 64, 1,280-token contexts, 4xH100")(
     lambda: float(cost.speculative_speedup(_four(), 64, SPEC_CONTEXT, SPEC_ALPHA, SPEC_K)))
+
+# ======================================================================================= estimate mode (chs 2, 9)
+# Chapter 2's additive attention term, at the lever ranking's well-batched deployment (the largest batch of
+# 1,024 + 256-token sequences, at their mean context); chapter 9's comparison with published measurements.
+ADDITIVE_PROMPT, ADDITIVE_OUTPUT = 1024, 256
+
+
+def _additive() -> cost.Estimate:
+    return cost.Estimate.only("additive_attention")
+
+
+def _additive_batch() -> int:
+    return int(cost.max_concurrency(_four(), ADDITIVE_PROMPT + ADDITIVE_OUTPUT))
+
+
+def _additive_step_ms(estimate: cost.Estimate | None) -> float:
+    dep = cost.replace(_four(), estimate=estimate)
+    return 1e3 * float(cost.tpot_s(dep, _additive_batch(), ADDITIVE_PROMPT + ADDITIVE_OUTPUT / 2))
+
+
+def _batching_gain(estimate: cost.Estimate | None) -> float:
+    from stage5.levers import lever_ranking
+    return lever_ranking(prompt=ADDITIVE_PROMPT, output=ADDITIVE_OUTPUT, estimate=estimate)["batching"]
+
+
+_fig("additive_batch", "sequences", "largest batch of 1,280-token sequences on 4xH100 (the well-batched deployment)")(
+    lambda: float(_additive_batch()))
+_fig("additive_step_ms_max", "ms", "decode step at that batch, max(weights + KV, FLOPs): the source's formula")(
+    lambda: _additive_step_ms(None))
+_fig("additive_step_ms_add", "ms", "the same step with attention's KV reads added: KV + max(weights, FLOPs)")(
+    lambda: _additive_step_ms(_additive()))
+_fig("additive_batching_gain_max", "x", "batching lever (naive to largest batch) with the max() step")(
+    lambda: _batching_gain(None))
+_fig("additive_batching_gain_add", "x", "batching lever with the additive attention term")(
+    lambda: _batching_gain(_additive()))
+
+
+def _validation() -> dict:
+    from stage5.validate import summary
+    return summary()
+
+
+def _floor_ratios() -> list[float]:
+    return sorted(p["floor_ratio"] for p in _validation()["points"])
+
+
+_fig("validate_points", "points", "published latency points the cost model is checked against")(
+    lambda: float(len(_validation()["points"])))
+_fig("validate_floor_ratio_median", "x", "median floor / measured over the published points")(
+    lambda: float(__import__("numpy").median(_floor_ratios())))
+_fig("validate_floor_ratio_min", "x", "lowest floor / measured over the published points")(
+    lambda: _floor_ratios()[0])
+_fig("validate_floor_ratio_max", "x", "highest floor / measured over the published points")(
+    lambda: _floor_ratios()[-1])
+_fig("validate_estimate_within_pct", "%", "share of published points the estimate matches within 0.8-1.25x")(
+    lambda: 100 * _validation()["estimate_within_25pct"])

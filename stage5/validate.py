@@ -84,6 +84,34 @@ def term_shares() -> dict[str, float]:
     return shares
 
 
+def plot_predicted_vs_measured(report: dict[str, object] | None = None, ax=None):
+    """Predicted against measured for both modes on log-log axes, with the y = x line and the 0.8-1.25 band."""
+    import matplotlib.pyplot as plt
+
+    report = report or summary()
+    if ax is None:
+        _, ax = plt.subplots(figsize=(5.6, 5.2))
+    pts = report["points"]
+    measured = np.array([p["measured"] for p in pts])
+    lo, hi = measured.min() / 3, measured.max() * 3
+    line = np.array([lo, hi])
+    ax.fill_between(line, WITHIN[0] * line, WITHIN[1] * line, color="0.9", label="within 0.8-1.25x")
+    ax.plot(line, line, color="k", lw=0.8, label="y = x")
+    for mode, colour, marker in (("floor", "C0", "v"), ("estimate", "C3", "o")):
+        for metric, fill in (("tpot_ms", True), ("ttft_ms", False)):
+            sel = [p for p in pts if p["metric"] == metric]
+            ax.scatter([p["measured"] for p in sel], [p[mode] for p in sel], color=colour if fill else "none",
+                       edgecolors=colour, marker=marker, label=f"{mode}, {metric.split('_')[0].upper()}")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlim(lo, hi)
+    ax.set_ylim(lo, hi)
+    ax.set_xlabel("measured (ms)")
+    ax.set_ylabel("predicted (ms)")
+    ax.legend(fontsize=7, loc="upper left")
+    return ax
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m stage5 validate", description=__doc__.split("\n")[0])
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
