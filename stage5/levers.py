@@ -97,7 +97,8 @@ def diagnose_reference(model: str | ModelConfig, gpu: str | Hardware, num_gpus: 
                        concurrency: int, objective: str = "cost", *, weights: str = "bf16", kv: str = "bf16",
                        prefix_hit: float = 0.5, alpha: float = 0.7, k: int = 4, draft_cost: float = 0.05,
                        tpot_slo_s: float | None = DEFAULT_TPOT_SLO_S,
-                       price_per_gpu_hour: float = cost.DEFAULT_PRICE_PER_GPU_HOUR) -> Diagnosis:
+                       price_per_gpu_hour: float = cost.DEFAULT_PRICE_PER_GPU_HOUR,
+                       estimate: cost.Estimate | None = None) -> Diagnosis:
     """Diagnose one deployment and rank four levers, each applied alone to the stated deployment.
 
     The levers:
@@ -116,6 +117,8 @@ def diagnose_reference(model: str | ModelConfig, gpu: str | Hardware, num_gpus: 
         draft ``k`` tokens with acceptance ``alpha``, each draft step costing ``draft_cost`` x a target step
         (:func:`stage5.cost.speculative_speedup`), same concurrency; decode only.
 
+    ``estimate``: price everything in estimate mode with these terms (default: the floor).
+
     Raises :class:`stage5.cost.InfeasibleDeployment` if the weights do not fit or ``concurrency`` sequences
     of ``prompt + output`` tokens do not fit, and ``ValueError`` for an unknown objective.
     """
@@ -123,7 +126,7 @@ def diagnose_reference(model: str | ModelConfig, gpu: str | Hardware, num_gpus: 
         raise ValueError(f"objective must be one of {OBJECTIVES}, got {objective!r}")
     if min(prompt, output, concurrency) < 1:
         raise ValueError("prompt, output and concurrency must be at least 1")
-    dep = deployment(model, gpu, num_gpus, weights, kv)
+    dep = deployment(model, gpu, num_gpus, weights, kv, estimate=estimate)
     seq, ctx = prompt + output, prompt + output / 2
     fit = int(cost.max_concurrency(dep, seq))
     if concurrency > fit:
@@ -138,7 +141,7 @@ def diagnose_reference(model: str | ModelConfig, gpu: str | Hardware, num_gpus: 
     base = metric(dep, concurrency)
     target = max(concurrency, max_batch_within_slo(dep, ctx, fit, tpot_slo_s))
     quant = deployment(model, gpu, num_gpus, "fp8" if dep.weight_bytes > 1 else weights,
-                       "fp8" if dep.kv_bytes > 1 else kv)
+                       "fp8" if dep.kv_bytes > 1 else kv, estimate=estimate)
     speed = float(cost.speculative_speedup(dep, concurrency, ctx, alpha, k, draft_cost))
     gains = {
         "batching": base / metric(dep, target),

@@ -117,3 +117,28 @@ def test_one_cost_per_token_formula():
     dep = deployment("llama3-8b", "H100-SXM", 1)
     terms = cost.cost_terms(dep, 32, 2048)
     assert float(cost.cost_per_million_tokens(dep, 32, 2048)) == pytest.approx(terms.dollars_per_million)
+
+
+def test_simulator_switches_between_floor_and_estimate():
+    from stage5.simulator import SimInputs, Simulator, simulate
+
+    floor, est = simulate(SimInputs()), simulate(SimInputs(mode="estimate"))
+    assert floor.ok and est.ok
+    assert est.tpot_ms > floor.tpot_ms and est.usd_per_million > floor.usd_per_million
+    bad = simulate(SimInputs(mode="optimistic"))
+    assert not bad.ok and "floor" in bad.error and "estimate" in bad.error
+    sim = Simulator()
+    assert sim.set(mode="estimate").tpot_ms == pytest.approx(est.tpot_ms)
+
+
+def test_levers_and_quantization_take_an_estimate():
+    from stage5.levers import diagnose_reference, lever_ranking
+    from stage5.quantization import end_to_end_gain
+
+    est = cost.Estimate()
+    assert lever_ranking(estimate=est) != lever_ranking()
+    assert diagnose_reference("llama3-70b", "H100-SXM", 4, 1024, 256, 16, estimate=est).metric > \
+        diagnose_reference("llama3-70b", "H100-SXM", 4, 1024, 256, 16).metric
+    # fixed costs (the all-reduces) do not shrink with the bytes, so the estimate's FP8 gain is smaller
+    assert float(end_to_end_gain("llama3-70b", "H100-SXM", 4, 1024, 256, 64, estimate=est)) < \
+        float(end_to_end_gain("llama3-70b", "H100-SXM", 4, 1024, 256, 64))
