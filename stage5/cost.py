@@ -8,13 +8,14 @@ weights in decimal GB (1e9 bytes) where the source quotes them so.
 
 Two modes share these formulas.
 
-``floor`` (a :class:`Deployment` with ``estimate=None``, the default) is the source text's derivation: a decode
-step costs max(bytes / bandwidth, FLOPs / achieved FLOP/s); decode FLOPs are 2 x active parameters per token
+``floor`` (a :class:`Deployment` with ``estimate=None``, the default) is the source text's derivation: a step
+costs max(bytes / bandwidth, FLOPs / achieved FLOP/s); FLOPs are 2 x active parameters per token
 (attention-score FLOPs are left out: they add under 10% for Llama 3 70B at 4K context); tensor parallelism
 scales perfectly across ``num_gpus`` with no communication cost; one MFU (model FLOP utilisation) regardless
-of batch; perfect batching with no queueing. Prefill counts its causal attention FLOPs, which grow with the
-square of the prompt. With ``mfu=1`` (:func:`floor_deployment`) every term is a true lower bound: nothing in it
-can run faster on the hardware.
+of batch; perfect batching with no queueing. Two of its choices keep it from being a true lower bound: the
+default MFU of 0.5 (real prefills run faster) and prefill without attention FLOPs (at 131K tokens they exceed
+the linear layers'). :func:`floor_deployment` fixes both, MFU 1 and causal attention counted, and is what
+``python -m stage5 validate`` checks as "the floor": nothing in it can run faster on the hardware.
 
 ``estimate`` (``Deployment(..., estimate=Estimate())``) adds the terms a real server pays, each a named field
 of :class:`Estimate` with its source, and each can be switched off alone (:meth:`Estimate.without`).
@@ -57,8 +58,8 @@ class Estimate:
     ``allreduce``: tensor parallelism's two all-reduces per layer (Megatron-LM: after attention and after the
         MLP), each a ring over the GPUs: 2(n-1)/n x message / link bandwidth + NCCL's latency. Link bandwidth and
         latency are in :class:`stage5.hardware.Hardware`.
-    ``prefill_attention``: the causal attention FLOPs of prefill, quadratic in the prompt (the floor counts
-        them too; switching them off here shows what they cost).
+    ``prefill_attention``: the causal attention FLOPs of prefill, quadratic in the prompt (the true floor,
+        :func:`floor_deployment`, counts them too; the course's floor leaves them out, as the source text does).
     ``mixed_step``: under load, decode shares each step with other requests' prefill chunks (chunked prefill,
         Agrawal et al., "Sarathi-Serve", OSDI 2024): ``concurrency - 1`` requests each bring ``prompt / output``
         prompt tokens per output token, up to ``step_token_budget`` tokens per step.
@@ -176,8 +177,9 @@ class Deployment:
 
 
 def floor_deployment(dep: Deployment) -> Deployment:
-    """The true floor of ``dep``: no estimate terms and peak FLOP/s (MFU 1), so no server can beat it."""
-    return replace(dep, mfu=1.0, estimate=None)
+    """The true floor of ``dep``: the floor's formulas at peak FLOP/s (MFU 1) with prefill's causal attention
+    FLOPs counted, and no other estimate term, so no server can beat it."""
+    return replace(dep, mfu=1.0, estimate=Estimate.only("prefill_attention", mfu=1.0))
 
 
 def estimate_deployment(dep: Deployment, estimate: Estimate | None = None) -> Deployment:
@@ -344,14 +346,14 @@ def tpot_s(dep: Deployment, batch: ArrayLike, context: ArrayLike) -> np.ndarray:
 def prefill_step(dep: Deployment, prompt_tokens: ArrayLike, batch: ArrayLike = 1) -> StepTime:
     """Prefill of ``batch`` prompts of ``prompt_tokens`` each in one pass: the weights are read once and used
     for every prompt token, so it is compute-bound beyond a few hundred tokens. The arithmetic counts the
-    linear layers (2 x active params per token) and causal attention (:func:`attention_flops`, quadratic in
-    the prompt; estimate mode can switch it off)."""
+    linear layers (2 x active params per token) and, in estimate mode and the true floor, causal attention
+    (:func:`attention_flops`, quadratic in the prompt)."""
     p = _positive(prompt_tokens, "prompt_tokens")
     b = _positive(batch, "batch")
     tokens = p * b
     mem = (weight_bytes_read(dep, tokens) + tokens * dep.kv_bytes_per_token) / achieved_bandwidth(dep)
     flops = 2.0 * dep.model.active_params * tokens
-    if dep.estimate is None or dep.estimate.prefill_attention:
+    if dep.estimate is not None and dep.estimate.prefill_attention:
         flops = flops + b * attention_flops(dep.model, p)
     comp = flops / achieved_flops(dep, "prefill")
     return StepTime(np.asarray(mem), np.asarray(comp), allreduce_s(dep, tokens))

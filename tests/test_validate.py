@@ -41,14 +41,23 @@ def test_published_points_span_gpus_prompts_and_concurrency_and_cite_a_table():
     assert len({p.id for p in SERVING_POINTS}) == len(SERVING_POINTS)
 
 
-def test_estimate_with_every_term_off_at_mfu_1_is_the_floor():
-    """One set of formulas: the estimate reduced to the floor's terms (prefill attention, which the floor always
-    counts) prices every point exactly as the floor does."""
-    bare = cost.Estimate.only("prefill_attention", mfu=1.0)
+def test_estimate_with_every_term_off_is_the_source_formula():
+    """One set of formulas: the estimate with every term off prices every point as the course's floor does."""
     for p in SERVING_POINTS:
-        for metric in ("tpot_ms", "ttft_ms"):
-            assert validate.predict_ms(p, metric, "estimate", bare) == pytest.approx(
-                validate.predict_ms(p, metric, "floor"), rel=1e-12), (p.id, metric)
+        dep = deployment(p.model, p.gpu, p.num_gpus, p.weights, p.kv)
+        bare = cost.replace(dep, estimate=cost.Estimate.only(mfu=dep.mfu))
+        assert float(cost.mixed_tpot_s(bare, p.concurrency, p.prompt, p.output)) == pytest.approx(
+            float(cost.mixed_tpot_s(dep, p.concurrency, p.prompt, p.output)), rel=1e-12)
+        assert float(cost.ttft_s(bare, p.prompt)) == pytest.approx(float(cost.ttft_s(dep, p.prompt)), rel=1e-12)
+
+
+def test_the_true_floor_counts_prefill_attention_at_peak():
+    dep = deployment("llama3-70b", "H100-SXM", 4)
+    true = cost.floor_deployment(dep)
+    # below the course's floor (MFU 0.5) at a short prompt, above it only through attention at a long one
+    assert float(cost.ttft_s(true, 1024)) < float(cost.ttft_s(dep, 1024))
+    linear_only = 2 * dep.model.active_params * 131072 / (dep.gpu.flops() * dep.num_gpus)
+    assert float(cost.ttft_s(true, 131072)) > 2 * linear_only
 
 
 @pytest.mark.parametrize("term", cost.TERMS)
