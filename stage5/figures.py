@@ -47,6 +47,11 @@ def _four(**kw: float) -> cost.Deployment:
 CONTEXTS = {"1k": 1024, "4k": 4096, "32k": 32768, "128k": 131072}
 WORKED_BATCH, WORKED_CONTEXT = 125, 4096  # the source text's worked example (module 2)
 
+
+
+# ======================================================================================= the source text's figures
+# Every figure the source text states (chapters 2-3, and chapter 7's speculation example); tests/test_cost.py
+# checks each against the source.
 # --------------------------------------------------------------------------------------- the model
 _fig("llama3_70b_params", "parameters", "Llama 3 70B parameter count from its config.json")(
     lambda: get_model("llama3-70b").num_params)
@@ -109,33 +114,6 @@ _fig("spec_speedup_a07_k4", "x", "batch-1 speculative speedup, alpha 0.7, k 4, d
     lambda: float(cost.speculative_speedup(_one(), 1, 0, 0.7, 4, draft_cost=0.05)))
 
 
-@cache
-def all_figures() -> dict[str, Figure]:
-    """Every named figure, computed once per process."""
-    return {fid: Figure(fid, float(fn()), unit, desc) for fid, unit, desc, fn in _MAKERS}
-
-
-def figure(fid: str) -> float:
-    """The value of one named figure; unknown ids list close matches."""
-    from stage5.names import resolve
-    figs = all_figures()
-    return figs[resolve(fid, figs, "figure")].value
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m stage5 figures", description=__doc__.split("\n")[0])
-    parser.add_argument("--json", action="store_true", help="print {id: value} as JSON")
-    args = parser.parse_args(argv)
-    figs = all_figures()
-    if args.json:
-        print(json.dumps({f.id: f.value for f in figs.values()}, indent=1))
-        return 0
-    width = max(len(f) for f in figs)
-    for f in figs.values():
-        print(f"{f.id:<{width}}  {f.value:>16,.4g}  {f.unit:<10}  {f.description}")
-    return 0
-
-
 # ======================================================================================= book chapters 1-3
 # Added for the book's first three chapters (two phases, roofline, KV cache). Same anchor deployment.
 PROMPT, CHUNK, DECODE_BATCH = 4096, 256, 64  # the long prompt, the prefill chunk and the decode batch of ch. 1
@@ -189,6 +167,124 @@ def _mha():
     return replace(m, name="llama3-70b-mha", num_kv_heads=m.num_heads)
 
 
+# ======================================================================================= chapter 2: additive attention
+# The additive attention term, at the lever ranking's well-batched deployment (the largest batch of
+# 1,024 + 256-token sequences, at their mean context).
+ADDITIVE_PROMPT, ADDITIVE_OUTPUT = 1024, 256
+
+
+def _additive() -> cost.Estimate:
+    return cost.Estimate.only("additive_attention")
+
+
+def _additive_batch() -> int:
+    return int(cost.max_concurrency(_four(), ADDITIVE_PROMPT + ADDITIVE_OUTPUT))
+
+
+def _additive_step_ms(estimate: cost.Estimate | None) -> float:
+    dep = cost.replace(_four(), estimate=estimate)
+    return 1e3 * float(cost.tpot_s(dep, _additive_batch(), ADDITIVE_PROMPT + ADDITIVE_OUTPUT / 2))
+
+
+def _batching_gain(estimate: cost.Estimate | None) -> float:
+    from stage5.levers import lever_ranking
+    return lever_ranking(prompt=ADDITIVE_PROMPT, output=ADDITIVE_OUTPUT, estimate=estimate)["batching"]
+
+
+_fig("additive_batch", "sequences", "largest batch of 1,280-token sequences on 4xH100 (the well-batched deployment)")(
+    lambda: float(_additive_batch()))
+_fig("additive_step_ms_max", "ms", "decode step at that batch, max(weights + KV, FLOPs): the source's formula")(
+    lambda: _additive_step_ms(None))
+_fig("additive_step_ms_add", "ms", "the same step with attention's KV reads added: KV + max(weights, FLOPs)")(
+    lambda: _additive_step_ms(_additive()))
+_fig("additive_batching_gain_max", "x", "batching lever (naive to largest batch) with the max() step")(
+    lambda: _batching_gain(None))
+_fig("additive_batching_gain_add", "x", "batching lever with the additive attention term")(
+    lambda: _batching_gain(_additive()))
+
+
+# ======================================================================================= book chapters 4-5
+# Batching and PagedAttention, on the anchor deployment. The toy engine's measurements are not here: the
+# chapters run the engine during the build and glue what it measured.
+BATCH_CONTEXT, BATCH_DEMO, STRAGGLER_BATCH = 1024, 64, 32  # chapter 4's context, example batch, straggler batch
+PAGED_PROMPT, PAGED_OUTPUT, PAGED_BLOCK = 1024, 256, 16  # chapter 5's request shape and block size
+
+
+def _batch_step_s(batch: int) -> float:
+    return float(cost.decode_step(_four(), batch, BATCH_CONTEXT).time_s)
+
+
+_fig("batching_step_ms_b1_s1024", "ms", "decode step at batch 1, 1,024-token context, 4xH100")(
+    lambda: 1e3 * _batch_step_s(1))
+_fig("batching_step_ms_b64_s1024", "ms", "decode step at batch 64, 1,024-token contexts, 4xH100")(
+    lambda: 1e3 * _batch_step_s(BATCH_DEMO))
+_fig("batching_throughput_gain_b64_s1024", "x", "decode throughput at batch 64 over batch 1, 1,024-token contexts")(
+    lambda: BATCH_DEMO * _batch_step_s(1) / _batch_step_s(BATCH_DEMO))
+_fig("batching_tpot_rise_pct_b64_s1024", "%", "TPOT increase from batch 1 to batch 64, 1,024-token contexts")(
+    lambda: 100 * (_batch_step_s(BATCH_DEMO) / _batch_step_s(1) - 1))
+_fig("batching_weight_GB_per_token_b64", "GB", "weight bytes read per output token at batch 64 (decimal GB)")(
+    lambda: get_model("llama3-70b").weight_bytes(2) / GB / BATCH_DEMO)
+_fig("batching_compute_bound_batch_s1024", "sequences",
+     "smallest batch at which the decode step turns compute-bound, 1,024-token contexts, default MFU")(
+    lambda: float(next(b for b in range(1, 4096) if bool(cost.decode_step(_four(), b, BATCH_CONTEXT).compute_bound))))
+_fig("straggler_utilisation_pct", "%", "slot utilisation of a batch of 32 with one sequence left running")(
+    lambda: 100 / STRAGGLER_BATCH)
+_fig("contiguous_seqs_4xH100_cap8192", "sequences",
+     "sequences on 4xH100 when each reserves Llama 3 70B's full 8,192-token context contiguously")(
+    lambda: int(cost.max_concurrency(_four(), get_model("llama3-70b").max_position_embeddings)))
+_fig("paged_seqs_4xH100_s1280", "sequences", "1,280-token sequences on 4xH100 when each holds only what it uses")(
+    lambda: int(cost.max_concurrency(_four(), PAGED_PROMPT + PAGED_OUTPUT)))
+_fig("paged_concurrency_gain_s1280_cap8192", "x", "paged over contiguous-at-the-cap concurrency, 1,280-token sequences")(
+    lambda: int(cost.max_concurrency(_four(), PAGED_PROMPT + PAGED_OUTPUT))
+    / int(cost.max_concurrency(_four(), get_model("llama3-70b").max_position_embeddings)))
+_fig("paged_last_block_waste_pct_b16_s1280", "%",
+     "worst-case paged waste: an empty last block's 15 slots over a 1,280-token sequence, 16-token blocks")(
+    lambda: 100 * (PAGED_BLOCK - 1) / (PAGED_PROMPT + PAGED_OUTPUT))
+
+
+# ======================================================================================= book chapters 6-7
+# Prefix caching and speculative decoding, on the anchor deployment (four H100s, BF16).
+PREFIX_CASES = {"sys": (2000, 500), "gen": (100, 2000)}  # (prompt, answer): a long shared system prompt; a long answer
+PREFIX_CONCURRENCY = 64  # sequences sharing each decode step in chapter 6's comparison
+SPEC_ALPHA, SPEC_K = 0.7, 4  # the acceptance rate and draft length of the source's speculation example
+SPEC_BATCH, SPEC_CONTEXT = 256, 1280  # chapter 10's loaded server: batch 256, full 1,024 + 256-token sequences
+
+
+def _prefix_request_s(case: str, hit: float) -> tuple[float, float]:
+    from stage5.levers import request_seconds
+    prompt, answer = PREFIX_CASES[case]
+    return request_seconds(_four(), prompt, answer, PREFIX_CONCURRENCY, prefix_hit=hit)
+
+
+for _case, (_p, _o) in PREFIX_CASES.items():
+    _fig(f"prefix_{_case}_prefill_share_pct", "%",
+         f"prefill's share of a request's deployment time, {_p:,}-token prompt, {_o:,}-token answer, batch 64")(
+        lambda c=_case: 100 * _prefix_request_s(c, 0.0)[0] / sum(_prefix_request_s(c, 0.0)))
+    _fig(f"prefix_{_case}_saving_x", "x",
+         f"request cost without / with the whole {_p:,}-token prompt cached, {_o:,}-token answer, batch 64")(
+        lambda c=_case: sum(_prefix_request_s(c, 0.0)) / sum(_prefix_request_s(c, 1.0)))
+    _fig(f"prefix_{_case}_ttft_ms", "ms", f"TTFT of a {_p:,}-token prompt, uncached, 4xH100")(
+        lambda c=_case: 1e3 * _prefix_request_s(c, 0.0)[0])
+    _fig(f"prefix_{_case}_ttft_cached_ms", "ms", f"TTFT of a {_p:,}-token prompt found in the prefix cache, 4xH100")(
+        lambda c=_case: 1e3 * _prefix_request_s(c, 1.0)[0])
+
+
+def _spec_breakeven(dep: cost.Deployment) -> float:
+    import numpy as np
+    b = np.arange(1, 4097)
+    s = cost.speculative_speedup(dep, b, SPEC_CONTEXT, SPEC_ALPHA, SPEC_K)
+    return float(b[np.argmax(s < 1)]) if np.any(s < 1) else float("nan")
+
+
+_fig("spec_breakeven_batch_4xH100_s1280", "sequences",
+     "first batch at which speculation (alpha 0.7, k 4) is slower than plain decode, 4xH100, 1,280-token contexts")(
+    lambda: _spec_breakeven(_four()))
+_fig("spec_speedup_4xH100_b1_s1280", "x", "speculative speedup (alpha 0.7, k 4) at batch 1, 1,280-token context, 4xH100")(
+    lambda: float(cost.speculative_speedup(_four(), 1, SPEC_CONTEXT, SPEC_ALPHA, SPEC_K)))
+_fig("spec_speedup_4xH100_b64_s1280", "x", "speculative speedup (alpha 0.7, k 4) at batch 64, 1,280-token contexts, 4xH100")(
+    lambda: float(cost.speculative_speedup(_four(), 64, SPEC_CONTEXT, SPEC_ALPHA, SPEC_K)))
+
+
 # ======================================================================================= book chapters 8-10
 # Quantization, the levers, the simulator. Same anchor deployment; helpers imported lazily.
 def _q(weights: str = "bf16", kv: str = "bf16") -> cost.Deployment:
@@ -239,136 +335,12 @@ for _lever in ("batching", "routing", "quantization", "kernels"):
 _fig("routing_cost_ratio_8b_70b", "x", "decode cost per token, Llama 3 8B on 1 H100 over 70B on 4, both at max batch")(
     lambda: __import__("stage5.routing", fromlist=["cost_ratio"]).cost_ratio(
         cost.ANCHOR_MODEL, cost.ANCHOR_GPU, cost.ANCHOR_GPUS, "llama3-8b", cost.ANCHOR_GPU, 1, 1024, 256))
-SPEC_ALPHA, SPEC_K = 0.7, 4  # the acceptance rate and draft length of the source's speculation example
-SPEC_BATCH, SPEC_CONTEXT = 256, 1280  # chapter 10's loaded server: batch 256, full 1,024 + 256-token sequences
 _fig("spec_speedup_b256_s1280", "x", "speculative speedup (alpha 0.7, k 4) at batch 256, 1,280-token contexts, 4xH100")(
     lambda: float(cost.speculative_speedup(_four(), SPEC_BATCH, SPEC_CONTEXT, SPEC_ALPHA, SPEC_K)))
 
-# ======================================================================================= published figures
-# Quoted, not computed: each value and its source are in stage5.published. A range (low, high) becomes two
-# figures, "<id>_lo" and "<id>_hi".
-from stage5 import published  # noqa: E402
 
-for _pid, ((_lo, _hi), _unit, _desc) in published.RANGES.items():
-    _fig(f"{_pid}_lo", _unit, f"{_desc}, low end (published)")(lambda v=_lo: v)
-    _fig(f"{_pid}_hi", _unit, f"{_desc}, high end (published)")(lambda v=_hi: v)
-for _pid, (_value, _unit, _desc) in published.SINGLE.items():
-    _fig(_pid, _unit, f"{_desc} (published)")(lambda v=_value: v)
-
-# ======================================================================================= book chapters 4-5
-# Batching and PagedAttention, on the anchor deployment. The toy engine's measurements are not here: the
-# chapters run the engine during the build and glue what it measured.
-BATCH_CONTEXT, BATCH_DEMO, STRAGGLER_BATCH = 1024, 64, 32  # chapter 4's context, example batch, straggler batch
-PAGED_PROMPT, PAGED_OUTPUT, PAGED_BLOCK = 1024, 256, 16  # chapter 5's request shape and block size
-
-
-def _batch_step_s(batch: int) -> float:
-    return float(cost.decode_step(_four(), batch, BATCH_CONTEXT).time_s)
-
-
-_fig("batching_step_ms_b1_s1024", "ms", "decode step at batch 1, 1,024-token context, 4xH100")(
-    lambda: 1e3 * _batch_step_s(1))
-_fig("batching_step_ms_b64_s1024", "ms", "decode step at batch 64, 1,024-token contexts, 4xH100")(
-    lambda: 1e3 * _batch_step_s(BATCH_DEMO))
-_fig("batching_throughput_gain_b64_s1024", "x", "decode throughput at batch 64 over batch 1, 1,024-token contexts")(
-    lambda: BATCH_DEMO * _batch_step_s(1) / _batch_step_s(BATCH_DEMO))
-_fig("batching_tpot_rise_pct_b64_s1024", "%", "TPOT increase from batch 1 to batch 64, 1,024-token contexts")(
-    lambda: 100 * (_batch_step_s(BATCH_DEMO) / _batch_step_s(1) - 1))
-_fig("batching_weight_GB_per_token_b64", "GB", "weight bytes read per output token at batch 64 (decimal GB)")(
-    lambda: get_model("llama3-70b").weight_bytes(2) / GB / BATCH_DEMO)
-_fig("batching_compute_bound_batch_s1024", "sequences",
-     "smallest batch at which the decode step turns compute-bound, 1,024-token contexts, default MFU")(
-    lambda: float(next(b for b in range(1, 4096) if bool(cost.decode_step(_four(), b, BATCH_CONTEXT).compute_bound))))
-_fig("straggler_utilisation_pct", "%", "slot utilisation of a batch of 32 with one sequence left running")(
-    lambda: 100 / STRAGGLER_BATCH)
-_fig("contiguous_seqs_4xH100_cap8192", "sequences",
-     "sequences on 4xH100 when each reserves Llama 3 70B's full 8,192-token context contiguously")(
-    lambda: int(cost.max_concurrency(_four(), get_model("llama3-70b").max_position_embeddings)))
-_fig("paged_seqs_4xH100_s1280", "sequences", "1,280-token sequences on 4xH100 when each holds only what it uses")(
-    lambda: int(cost.max_concurrency(_four(), PAGED_PROMPT + PAGED_OUTPUT)))
-_fig("paged_concurrency_gain_s1280_cap8192", "x", "paged over contiguous-at-the-cap concurrency, 1,280-token sequences")(
-    lambda: int(cost.max_concurrency(_four(), PAGED_PROMPT + PAGED_OUTPUT))
-    / int(cost.max_concurrency(_four(), get_model("llama3-70b").max_position_embeddings)))
-_fig("paged_last_block_waste_pct_b16_s1280", "%",
-     "worst-case paged waste: an empty last block's 15 slots over a 1,280-token sequence, 16-token blocks")(
-    lambda: 100 * (PAGED_BLOCK - 1) / (PAGED_PROMPT + PAGED_OUTPUT))
-
-# ======================================================================================= book chapters 6-7
-# Prefix caching and speculative decoding, on the anchor deployment (four H100s, BF16).
-PREFIX_CASES = {"sys": (2000, 500), "gen": (100, 2000)}  # (prompt, answer): a long shared system prompt; a long answer
-PREFIX_CONCURRENCY = 64  # sequences sharing each decode step in chapter 6's comparison
-
-
-def _prefix_request_s(case: str, hit: float) -> tuple[float, float]:
-    from stage5.levers import request_seconds
-    prompt, answer = PREFIX_CASES[case]
-    return request_seconds(_four(), prompt, answer, PREFIX_CONCURRENCY, prefix_hit=hit)
-
-
-for _case, (_p, _o) in PREFIX_CASES.items():
-    _fig(f"prefix_{_case}_prefill_share_pct", "%",
-         f"prefill's share of a request's deployment time, {_p:,}-token prompt, {_o:,}-token answer, batch 64")(
-        lambda c=_case: 100 * _prefix_request_s(c, 0.0)[0] / sum(_prefix_request_s(c, 0.0)))
-    _fig(f"prefix_{_case}_saving_x", "x",
-         f"request cost without / with the whole {_p:,}-token prompt cached, {_o:,}-token answer, batch 64")(
-        lambda c=_case: sum(_prefix_request_s(c, 0.0)) / sum(_prefix_request_s(c, 1.0)))
-    _fig(f"prefix_{_case}_ttft_ms", "ms", f"TTFT of a {_p:,}-token prompt, uncached, 4xH100")(
-        lambda c=_case: 1e3 * _prefix_request_s(c, 0.0)[0])
-    _fig(f"prefix_{_case}_ttft_cached_ms", "ms", f"TTFT of a {_p:,}-token prompt found in the prefix cache, 4xH100")(
-        lambda c=_case: 1e3 * _prefix_request_s(c, 1.0)[0])
-
-
-def _spec_breakeven(dep: cost.Deployment) -> float:
-    import numpy as np
-    b = np.arange(1, 4097)
-    s = cost.speculative_speedup(dep, b, SPEC_CONTEXT, SPEC_ALPHA, SPEC_K)
-    return float(b[np.argmax(s < 1)]) if np.any(s < 1) else float("nan")
-
-
-_fig("spec_breakeven_batch_4xH100_s1280", "sequences",
-     "first batch at which speculation (alpha 0.7, k 4) is slower than plain decode, 4xH100, 1,280-token contexts")(
-    lambda: _spec_breakeven(_four()))
-_fig("spec_speedup_4xH100_b1_s1280", "x", "speculative speedup (alpha 0.7, k 4) at batch 1, 1,280-token context, 4xH100")(
-    lambda: float(cost.speculative_speedup(_four(), 1, SPEC_CONTEXT, SPEC_ALPHA, SPEC_K)))
-_fig("spec_speedup_4xH100_b64_s1280", "x", "speculative speedup (alpha 0.7, k 4) at batch 64, 1,280-token contexts, 4xH100")(
-    lambda: float(cost.speculative_speedup(_four(), 64, SPEC_CONTEXT, SPEC_ALPHA, SPEC_K)))
-
-# ======================================================================================= estimate mode (chs 2, 9)
-# Chapter 2's additive attention term, at the lever ranking's well-batched deployment (the largest batch of
-# 1,024 + 256-token sequences, at their mean context); chapter 9's comparison with published measurements.
-ADDITIVE_PROMPT, ADDITIVE_OUTPUT = 1024, 256
-
-
-def _additive() -> cost.Estimate:
-    return cost.Estimate.only("additive_attention")
-
-
-def _additive_batch() -> int:
-    return int(cost.max_concurrency(_four(), ADDITIVE_PROMPT + ADDITIVE_OUTPUT))
-
-
-def _additive_step_ms(estimate: cost.Estimate | None) -> float:
-    dep = cost.replace(_four(), estimate=estimate)
-    return 1e3 * float(cost.tpot_s(dep, _additive_batch(), ADDITIVE_PROMPT + ADDITIVE_OUTPUT / 2))
-
-
-def _batching_gain(estimate: cost.Estimate | None) -> float:
-    from stage5.levers import lever_ranking
-    return lever_ranking(prompt=ADDITIVE_PROMPT, output=ADDITIVE_OUTPUT, estimate=estimate)["batching"]
-
-
-_fig("additive_batch", "sequences", "largest batch of 1,280-token sequences on 4xH100 (the well-batched deployment)")(
-    lambda: float(_additive_batch()))
-_fig("additive_step_ms_max", "ms", "decode step at that batch, max(weights + KV, FLOPs): the source's formula")(
-    lambda: _additive_step_ms(None))
-_fig("additive_step_ms_add", "ms", "the same step with attention's KV reads added: KV + max(weights, FLOPs)")(
-    lambda: _additive_step_ms(_additive()))
-_fig("additive_batching_gain_max", "x", "batching lever (naive to largest batch) with the max() step")(
-    lambda: _batching_gain(None))
-_fig("additive_batching_gain_add", "x", "batching lever with the additive attention term")(
-    lambda: _batching_gain(_additive()))
-
-
+# ======================================================================================= chapter 9: published measurements
+# The floor and the estimate against stage5.published.SERVING_POINTS (stage5.validate).
 def _validation() -> dict:
     from stage5.validate import summary
     return summary()
@@ -388,3 +360,42 @@ _fig("validate_floor_ratio_max", "x", "highest floor / measured over the publish
     lambda: _floor_ratios()[-1])
 _fig("validate_estimate_within_pct", "%", "share of published points the estimate matches within 0.8-1.25x")(
     lambda: 100 * _validation()["estimate_within_25pct"])
+
+
+# ======================================================================================= published figures (chs 5, 7-9)
+# Quoted, not computed: each value and its source are in stage5.published. A range (low, high) becomes two
+# figures, "<id>_lo" and "<id>_hi".
+from stage5 import published  # noqa: E402
+
+for _pid, ((_lo, _hi), _unit, _desc) in published.RANGES.items():
+    _fig(f"{_pid}_lo", _unit, f"{_desc}, low end (published)")(lambda v=_lo: v)
+    _fig(f"{_pid}_hi", _unit, f"{_desc}, high end (published)")(lambda v=_hi: v)
+for _pid, (_value, _unit, _desc) in published.SINGLE.items():
+    _fig(_pid, _unit, f"{_desc} (published)")(lambda v=_value: v)
+
+
+@cache
+def all_figures() -> dict[str, Figure]:
+    """Every named figure, computed once per process."""
+    return {fid: Figure(fid, float(fn()), unit, desc) for fid, unit, desc, fn in _MAKERS}
+
+
+def figure(fid: str) -> float:
+    """The value of one named figure; unknown ids list close matches."""
+    from stage5.names import resolve
+    figs = all_figures()
+    return figs[resolve(fid, figs, "figure")].value
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m stage5 figures", description=__doc__.split("\n")[0])
+    parser.add_argument("--json", action="store_true", help="print {id: value} as JSON")
+    args = parser.parse_args(argv)
+    figs = all_figures()
+    if args.json:
+        print(json.dumps({f.id: f.value for f in figs.values()}, indent=1))
+        return 0
+    width = max(len(f) for f in figs)
+    for f in figs.values():
+        print(f"{f.id:<{width}}  {f.value:>16,.4g}  {f.unit:<10}  {f.description}")
+    return 0
