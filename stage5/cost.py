@@ -359,32 +359,40 @@ def prefill_step(dep: Deployment, prompt_tokens: ArrayLike, batch: ArrayLike = 1
     return StepTime(np.asarray(mem), np.asarray(comp), allreduce_s(dep, tokens))
 
 
+def mixed_step(dep: Deployment, batch: ArrayLike, context: ArrayLike, chunk: ArrayLike,
+               chunk_offset: ArrayLike = 0) -> StepTime:
+    """One step that decodes ``batch`` sequences of ``context`` tokens and prefills a ``chunk`` of prompt tokens
+    beside them (chunked prefill, as in Sarathi-Serve). The weights are read once for both jobs; the chunk adds
+    its arithmetic (linear layers, and attention over ``chunk_offset`` earlier prompt tokens where the mode
+    counts it), its KV writes and, in estimate mode, its tokens to the all-reduces."""
+    c = _non_negative(chunk, "chunk")
+    dec = decode_step(dep, batch, context)
+    flops = 2.0 * dep.model.active_params * c
+    if dep.estimate is not None and dep.estimate.prefill_attention:
+        flops = flops + attention_flops(dep.model, c, chunk_offset)
+    b = np.asarray(batch, dtype=float)
+    return StepTime(np.asarray(dec.memory_s + c * dep.kv_bytes_per_token / achieved_bandwidth(dep)),
+                    np.asarray(dec.compute_s + flops / achieved_flops(dep, "prefill")),
+                    dec.extra_s + allreduce_s(dep, b + c) - allreduce_s(dep, b))
+
+
 def mixed_tpot_s(dep: Deployment, concurrency: ArrayLike, prompt: ArrayLike, output: ArrayLike) -> np.ndarray:
     """Inter-token latency of ``concurrency`` requests of ``prompt`` + ``output`` tokens in steady state, at the
     mean context (prompt + output / 2).
 
     Floor, or estimate with ``mixed_step`` off: a pure decode step. Estimate: each step also carries a chunk
-    of the other ``concurrency - 1`` requests' prefills, ``prompt / output`` prompt tokens per output token
-    each, at most the step's token budget less the decode tokens. The chunk's tokens add to the step's
-    arithmetic, its KV writes to the bytes and its tokens to the all-reduces.
+    (:func:`mixed_step`) of the other ``concurrency - 1`` requests' prefills, ``prompt / output`` prompt tokens
+    per output token each, at most the step's token budget less the decode tokens; the chunk's tokens sit on
+    average half a prompt in.
     """
     c = _positive(concurrency, "concurrency")
     p = _positive(prompt, "prompt")
     o = _positive(output, "output")
-    ctx = p + o / 2
-    dec = decode_step(dep, c, ctx)
     est = dep.estimate
     if est is None or not est.mixed_step:
-        return dec.time_s
+        return decode_step(dep, c, p + o / 2).time_s
     chunk = np.clip((c - 1) * p / o, 0, np.maximum(est.step_token_budget - c, 0))
-    # the chunk's attention: each of its tokens scores about half a prompt of earlier tokens
-    flops = 2.0 * dep.model.active_params * chunk
-    if est.prefill_attention:
-        flops = flops + attention_flops(dep.model, chunk, p / 2)
-    comp = dec.compute_s + flops / achieved_flops(dep, "prefill")
-    mem = dec.memory_s + chunk * dep.kv_bytes_per_token / achieved_bandwidth(dep)
-    extra = dec.extra_s + allreduce_s(dep, c + chunk) - allreduce_s(dep, c)
-    return StepTime(np.asarray(mem), np.asarray(comp), extra).time_s
+    return mixed_step(dep, c, p + o / 2, chunk, p / 2).time_s
 
 
 def ttft_s(dep: Deployment, prompt_tokens: ArrayLike, prefix_hit: ArrayLike = 0.0) -> np.ndarray:
