@@ -77,6 +77,8 @@ def diagnose_deployment(dep: cost.Deployment, context: int, batch: int, prompt: 
         "tpot_ms": float(step.time_s) * 1e3,
         "memory_ms": float(step.memory_s) * 1e3,
         "compute_ms": float(step.compute_s) * 1e3,
+        "added_ms": float(step.extra_s) * 1e3,  # estimate mode: attention's KV reads and the all-reduces
+        "mode": "floor" if dep.estimate is None else "estimate",
         "bound": str(step.bound),
         "tokens_per_s": float(cost.decode_throughput(dep, batch, context)),
         "max_concurrency": max_seqs,
@@ -99,6 +101,8 @@ def deploy_main(argv: list[str]) -> int:
                         help="weight format (stage5.quantization.WEIGHT_FORMATS)")
     parser.add_argument("--kv", choices=list(KV_FORMATS), default="bf16", help="KV-cache format")
     parser.add_argument("--mfu", type=float, default=cost.DEFAULT_MFU)
+    parser.add_argument("--mode", choices=cost.MODES, default="floor",
+                        help="floor: the course's formulas; estimate: plus the terms of stage5.cost.Estimate")
     parser.add_argument("--price", type=float, default=cost.DEFAULT_PRICE_PER_GPU_HOUR, help="USD per GPU-hour")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
@@ -107,7 +111,7 @@ def deploy_main(argv: list[str]) -> int:
             return _fail(f"--{name} must be a positive integer, got {getattr(args, name)}")
     try:
         model = ModelConfig.from_json_file(args.model) if args.model.endswith(".json") else get_model(args.model)
-        dep = deployment(model, args.gpu, args.gpus, args.weights, args.kv, mfu=args.mfu)
+        dep = cost.with_mode(deployment(model, args.gpu, args.gpus, args.weights, args.kv, mfu=args.mfu), args.mode)
         info = diagnose_deployment(dep, args.context, args.batch, args.prompt, args.price)
     except (ValueError, FileNotFoundError) as err:
         return _fail(str(err))
@@ -118,10 +122,14 @@ def deploy_main(argv: list[str]) -> int:
           f"batch {args.batch} at {args.context:,} tokens")
     print(f"  TTFT  {info['ttft_ms']:10.2f} ms   (prefill of {args.prompt or args.context:,} tokens, no queueing)")
     print(f"  TPOT  {info['tpot_ms']:10.2f} ms   (memory {info['memory_ms']:.2f} ms, compute "
-          f"{info['compute_ms']:.2f} ms: {info['bound']}-bound)")
+          f"{info['compute_ms']:.2f} ms: {info['bound']}-bound"
+          + (f"; plus {info['added_ms']:.2f} ms of attention and all-reduce" if info["added_ms"] else "") + ")")
     print(f"  throughput {info['tokens_per_s']:,.0f} output tokens/s")
     print(f"  max concurrency {info['max_concurrency']:,} sequences "
           f"(KV budget {info['kv_budget_GiB']:.1f} GiB)")
     print(f"  cost  ${info['usd_per_million_tokens']:.3f} per million output tokens at ${args.price}/GPU-hour")
-    print("  (perfect tensor-parallel scaling and a fixed MFU are assumed: treat these as floors)")
+    if info["mode"] == "floor":
+        print("  (perfect tensor-parallel scaling and a fixed MFU are assumed: treat these as floors)")
+    else:
+        print("  (estimate mode: stage5.cost.Estimate's terms; `python -m stage5 validate` shows how well it does)")
     return 0

@@ -151,3 +151,14 @@ def test_levers_and_quantization_take_an_estimate():
     # fixed costs (the all-reduces) do not shrink with the bytes, so the estimate's FP8 gain is smaller
     assert float(end_to_end_gain("llama3-70b", "H100-SXM", 4, 1024, 256, 64, estimate=est)) < \
         float(end_to_end_gain("llama3-70b", "H100-SXM", 4, 1024, 256, 64))
+
+
+def test_deploy_takes_a_mode(capsys):
+    args = ["deploy", "--model", "llama3-70b", "--gpu", "H100", "--gpus", "4", "--context", "4096", "--batch", "125",
+            "--json"]
+    assert main(args) == 0
+    floor = json.loads(capsys.readouterr().out)
+    assert main([*args, "--mode", "estimate"]) == 0
+    est = json.loads(capsys.readouterr().out)
+    assert floor["mode"] == "floor" and floor["added_ms"] == 0
+    assert est["mode"] == "estimate" and est["added_ms"] > 0 and est["tpot_ms"] > floor["tpot_ms"]
