@@ -87,9 +87,7 @@ class Estimate:
     def without(self, *terms: str) -> Estimate:
         """This estimate with the named terms switched off: a switch becomes False, a fraction becomes 1 (the
         datasheet's bandwidth, or peak FLOP/s). Unknown names list the terms there are."""
-        unknown = set(terms) - set(TERMS)
-        if unknown:
-            raise ValueError(f"unknown estimate terms {sorted(unknown)}; accepted: {sorted(TERMS)}")
+        _check_terms(terms)
         return replace(self, **{t: (False if isinstance(getattr(self, t), bool) else 1.0) for t in terms})
 
     @classmethod
@@ -100,14 +98,18 @@ class Estimate:
         base = cls()
         off = cls(bandwidth_fraction=1.0, prefill_mfu=mfu, decode_mfu=mfu, additive_attention=False, allreduce=False,
                   prefill_attention=False, mixed_step=False)
-        unknown = set(terms) - set(TERMS)
-        if unknown:
-            raise ValueError(f"unknown estimate terms {sorted(unknown)}; accepted: {sorted(TERMS)}")
+        _check_terms(terms)
         return replace(off, **{t: getattr(base, t) for t in terms})
 
 
 TERMS = ("bandwidth_fraction", "prefill_mfu", "decode_mfu", "additive_attention", "allreduce", "prefill_attention",
          "mixed_step")  # the switchable terms, in the order a chapter adds them
+
+
+def _check_terms(terms: tuple[str, ...]) -> None:
+    unknown = set(terms) - set(TERMS)
+    if unknown:
+        raise ValueError(f"unknown estimate terms {sorted(unknown)}; accepted: {sorted(TERMS)}")
 
 
 class InfeasibleDeployment(ValueError):

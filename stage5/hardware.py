@@ -47,7 +47,8 @@ class Hardware:
     # NCCL's tuning model (src/graph/tuning.cc), Ring/LL base latency: the fixed cost of one small collective.
     collective_latency_s: float = 3.6e-6
     # All-reduce bus bandwidth reached over NVLink: 366 GB/s of H100's 450 GB/s per direction, 77%, measured with
-    # nccl-tests on 4 x H100 (waynehacking8.github.io/blog/nccl-nvlink-bandwidth, 2026).
+    # nccl-tests on 4 x H100 (waynehacking8.github.io/blog/nccl-nvlink-bandwidth, 2026). Applied to PCIe links too,
+    # for want of a measurement there.
     link_efficiency: float = 0.77
 
     @property
