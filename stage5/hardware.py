@@ -1,4 +1,4 @@
-"""Accelerators: dense peak FLOP/s, memory bandwidth and memory, each from its public datasheet.
+"""Accelerators: dense peak FLOP/s, memory bandwidth, memory and GPU-to-GPU links, each from its public datasheet.
 
 Units: FLOP/s and bytes/s are plain SI (1 TB/s = 1e12 bytes/s). Memory capacity is stored in bytes and
 counted in binary GiB, because DRAM stacks are built in powers of two and the "80GB" on an H100
