@@ -20,6 +20,8 @@ def main(argv: list[str] | None = None) -> int:
                    add_help=False)
     sub.add_parser("bench", help="serve a seeded workload through the toy engines (bench [prefix|spec])",
                    add_help=False)
+    sub.add_parser("validate", help="the floor and the estimate against published serving measurements (--json)",
+                   add_help=False)
     try:
         args, rest = parser.parse_known_args(argv)
     except SystemExit as stop:  # --help, --version, or an unknown command (argparse has printed why)
@@ -27,7 +29,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.command is None:
         if rest:  # e.g. `python -m stage5 --bogus`: an option before any command
             print(f"error: python -m stage5: unknown option {' '.join(rest)!r}; accepted: a command "
-                  "(figures, model, deploy, bench) or --help, --version", file=sys.stderr)
+                  "(figures, model, deploy, bench, validate) or --help, --version", file=sys.stderr)
             return 2
         parser.print_help()
         return 0
@@ -37,6 +39,8 @@ def main(argv: list[str] | None = None) -> int:
     elif args.command in ("model", "deploy"):
         from stage5.cli import deploy_main, model_main
         run = model_main if args.command == "model" else deploy_main
+    elif args.command == "validate":
+        from stage5.validate import main as run
     else:
         from stage5.engine.bench import main as run
     try:

@@ -11,10 +11,15 @@ import os
 import platform
 import time
 from functools import cache
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from stage5.hardware import Hardware
+
+if TYPE_CHECKING:
+    from stage5.cost import Deployment
+    from stage5.models import ModelConfig
 
 
 def measure_bandwidth(n_bytes: int = 256 * 2**20, repeats: int = 5) -> float:
@@ -61,3 +66,11 @@ def this_machine(seconds: float = 2.0) -> Hardware:
         memory = float(8 * 2**30)
     name = f"this machine ({platform.machine()}, {os.cpu_count()} cores, measured)"
     return Hardware(name, flops, None, bandwidth, memory, "measured by stage5.calibrate")
+
+
+def toy_deployment(cfg: ModelConfig, machine: Hardware | None = None) -> Deployment:
+    """The toy engine as the cost model sees it: ``cfg`` on this CPU (measured) with float32 weights and cache
+    (4 bytes each) at MFU 1, since ``this_machine`` already measured the rate the matmuls reach."""
+    from stage5.cost import Deployment
+
+    return Deployment(model=cfg, gpu=machine or this_machine(), weight_bytes=4, kv_bytes=4, mfu=1.0)

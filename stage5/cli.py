@@ -7,10 +7,9 @@ import sys
 from pathlib import Path
 
 from stage5 import cost, inputs
-from stage5.hardware import GB, GiB, get_gpu
+from stage5.hardware import GB, GiB
 from stage5.models import ModelConfig, get_model
-
-FORMATS = {"bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "int8": 1.0, "int4": 0.5}
+from stage5.quantization import KV_FORMATS, WEIGHT_FORMATS, deployment
 
 
 def _fail(message: str) -> int:
@@ -105,6 +104,8 @@ def diagnose_deployment(dep: cost.Deployment, context: int, batch: int, prompt: 
         "tpot_ms": float(step.time_s) * 1e3,
         "memory_ms": float(step.memory_s) * 1e3,
         "compute_ms": float(step.compute_s) * 1e3,
+        "added_ms": float(step.extra_s) * 1e3,  # estimate mode: attention's KV reads and the all-reduces
+        "mode": "floor" if dep.estimate is None else "estimate",
         "bound": str(step.bound),
         "tokens_per_s": float(cost.decode_throughput(dep, batch, context)),
         "max_concurrency": max_seqs,
@@ -125,10 +126,13 @@ def deploy_main(argv: list[str]) -> int:
     parser.add_argument("--batch", type=inputs.arg_int(), required=True, help="concurrent sequences")
     parser.add_argument("--prompt", type=inputs.arg_int(), default=None,
                         help="prompt tokens for TTFT (default: --context)")
-    parser.add_argument("--weights", choices=sorted(FORMATS), default="bf16")
-    parser.add_argument("--kv", choices=sorted(FORMATS), default="bf16")
+    parser.add_argument("--weights", choices=list(WEIGHT_FORMATS), default="bf16",
+                        help="weight format (stage5.quantization.WEIGHT_FORMATS)")
+    parser.add_argument("--kv", choices=list(KV_FORMATS), default="bf16", help="KV-cache format")
     parser.add_argument("--mfu", type=inputs.arg_real(0.0, 1.0), default=cost.DEFAULT_MFU,
                         help="model FLOP utilisation, a fraction in (0, 1]")
+    parser.add_argument("--mode", choices=cost.MODES, default="floor",
+                        help="floor: the course's formulas; estimate: plus the terms of stage5.cost.Estimate")
     parser.add_argument("--price", type=inputs.arg_real(), default=cost.DEFAULT_PRICE_PER_GPU_HOUR,
                         help="USD per GPU-hour (> 0)")
     parser.add_argument("--json", action="store_true")
@@ -138,8 +142,7 @@ def deploy_main(argv: list[str]) -> int:
         inputs.within_context(args.context, model.max_position_embeddings, "--context", model.name)
         if args.prompt is not None:
             inputs.within_context(args.prompt, model.max_position_embeddings, "--prompt", model.name)
-        dep = cost.Deployment(model, get_gpu(args.gpu), args.gpus, FORMATS[args.weights], FORMATS[args.kv],
-                              mfu=args.mfu)
+        dep = cost.with_mode(deployment(model, args.gpu, args.gpus, args.weights, args.kv, mfu=args.mfu), args.mode)
         info = diagnose_deployment(dep, args.context, args.batch, args.prompt, args.price)
         text = json.dumps(info, indent=1, allow_nan=False)  # a NaN or infinity is a bug: say so, never print it
     except (ValueError, OSError, TypeError) as err:
@@ -151,12 +154,16 @@ def deploy_main(argv: list[str]) -> int:
           f"batch {args.batch} at {args.context:,} tokens")
     print(f"  TTFT  {info['ttft_ms']:10.2f} ms   (prefill of {args.prompt or args.context:,} tokens, no queueing)")
     print(f"  TPOT  {info['tpot_ms']:10.2f} ms   (memory {info['memory_ms']:.2f} ms, compute "
-          f"{info['compute_ms']:.2f} ms: {info['bound']}-bound)")
+          f"{info['compute_ms']:.2f} ms: {info['bound']}-bound"
+          + (f"; plus {info['added_ms']:.2f} ms of attention and all-reduce" if info["added_ms"] else "") + ")")
     print(f"  throughput {info['tokens_per_s']:,.0f} output tokens/s")
     print(f"  max concurrency {info['max_concurrency']:,} sequences "
           f"(KV budget {info['kv_budget_GiB']:.1f} GiB)")
     print(f"  cost  ${info['usd_per_million_tokens']:.3f} per million output tokens at ${args.price}/GPU-hour")
-    print("  (perfect tensor-parallel scaling and a fixed MFU are assumed: treat these as floors)")
+    if info["mode"] == "floor":
+        print("  (perfect tensor-parallel scaling and a fixed MFU are assumed: treat these as floors)")
+    else:
+        print("  (estimate mode: stage5.cost.Estimate's terms; `python -m stage5 validate` shows how well it does)")
     if model.sliding_window and args.context > model.sliding_window:
         print(f"  note: {_window_note(model)}")
     return 0

@@ -6,18 +6,26 @@ broadcasts, so a chapter can sweep 100,000 deployments in one call.
 Units: seconds, bytes, FLOPs, FLOP/s, bytes/s. Memory budgets are reported in binary GiB (2**30 bytes);
 weights in decimal GB (1e9 bytes) where the source quotes them so.
 
-What it assumes (each flatters the result): FLOPs per token are 2 x active parameters (attention-score FLOPs,
-4 x context x layers x q_heads x head_dim per token, are left out; they add under 10% for Llama 3 70B at
-4K context); tensor parallelism scales perfectly across ``num_gpus`` with no communication cost; a fixed MFU
-(model FLOP utilisation) regardless of batch; perfect batching with no queueing. One assumption runs the other
-way: KV bytes are priced full-length on every layer, so a model with a sliding window (Mistral-7B v0.1, Gemma-2)
-is charged more KV memory and traffic past its window than it uses (``ModelConfig.kv_bytes_per_sequence`` has
-the windowed figure).
+Two modes share these formulas.
+
+``floor`` (a :class:`Deployment` with ``estimate=None``, the default) is the source text's derivation: a step
+costs max(bytes / bandwidth, FLOPs / achieved FLOP/s); FLOPs are 2 x active parameters per token
+(attention-score FLOPs are left out: they add under 10% for Llama 3 70B at 4K context); tensor parallelism
+scales perfectly across ``num_gpus`` with no communication cost; one MFU (model FLOP utilisation) regardless
+of batch; perfect batching with no queueing. Two of its choices keep it from being a true lower bound: the
+default MFU of 0.5 (real prefills run faster) and prefill without attention FLOPs (at 131K tokens they exceed
+the linear layers'). One assumption runs the other way: KV bytes are priced full-length on every layer, so a
+model with a sliding window (Mistral-7B v0.1, Gemma-2) is charged more KV memory and traffic past its window
+than it uses (``ModelConfig.kv_bytes_per_sequence`` has the windowed figure). :func:`floor_deployment` fixes both, MFU 1 and causal attention counted, and is what
+``python -m stage5 validate`` checks as "the floor": nothing in it can run faster on the hardware.
+
+``estimate`` (``Deployment(..., estimate=Estimate())``) adds the terms a real server pays, each a named field
+of :class:`Estimate` with its source, and each can be switched off alone (:meth:`Estimate.without`).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -29,7 +37,82 @@ ArrayLike = float | int | np.ndarray
 
 DEFAULT_PRICE_PER_GPU_HOUR = 3.0  # USD; the anchor the source text takes from nanochat's stated rental price
 DEFAULT_MFU = 0.5  # an estimate: well-tuned large matmuls reach 50-70% of dense peak; decode kernels less
+# The course's anchor deployment, the source text's worked example: Llama 3 70B in BF16 on four H100 SXM GPUs.
+ANCHOR_MODEL, ANCHOR_GPU, ANCHOR_GPUS = "llama3-70b", "H100-SXM", 4
 RESERVE_PER_GPU_GiB = 8.0  # activations and workspace; 4 GPUs x 8 = the 32 GiB the source text leaves aside
+
+
+# ------------------------------------------------------------------------------------------ estimate mode
+@dataclass(frozen=True)
+class Estimate:
+    """The terms a real server pays on top of the floor. Every default comes from a source other than the
+    published measurements it is checked against (:mod:`stage5.published`).
+
+    ``bandwidth_fraction``: achieved memory bandwidth over the datasheet's. 0.60: a production decode of a
+        70B model in BF16 on 8 x H100, profiled with Nsight Compute, reached about 60% of peak bandwidth over
+        all its kernels (mikamirai.com, "GPU Memory Bandwidth: What Your Profiler Isn't Telling You", 2026; its
+        per-kernel table ranges from 42% for KV-cache reads to 84% for coalesced matrix loads).
+    ``prefill_mfu``, ``decode_mfu``: achieved over peak FLOP/s of the big matmuls. 0.40: Llama 3 405B training on
+        H100s reached 380-430 BF16 TFLOP/s per GPU, 38-43% MFU (Llama Team, "The Llama 3 Herd of Models",
+        2024, cite key llama3herd2024); serving kernels are assumed no better.
+    ``additive_attention``: attention is its own kernel, bound by bandwidth at every batch, so its KV reads add
+        to the step instead of overlapping the weight matmuls: KV / bandwidth + max(weights / bandwidth,
+        linear FLOPs / FLOP/s) (Austin et al., "How to Scale Your Model", 2025, the inference chapter).
+    ``allreduce``: tensor parallelism's two all-reduces per layer (Megatron-LM: after attention and after the
+        MLP), each a ring over the GPUs: 2(n-1)/n x message / link bandwidth + NCCL's latency. Link bandwidth and
+        latency are in :class:`stage5.hardware.Hardware`.
+    ``prefill_attention``: the causal attention FLOPs of prefill, quadratic in the prompt (the true floor,
+        :func:`floor_deployment`, counts them too; the course's floor leaves them out, as the source text does).
+    ``mixed_step``: under load, decode shares each step with other requests' prefill chunks (chunked prefill,
+        Agrawal et al., "Sarathi-Serve", OSDI 2024): ``concurrency - 1`` requests each bring ``prompt / output``
+        prompt tokens per output token, up to ``step_token_budget`` tokens per step.
+    ``step_token_budget``: tokens one step may carry. 8,192: vLLM's default ``max_num_batched_tokens`` for its
+        OpenAI-compatible server on GPUs with 70 GiB or more (vllm/engine/arg_utils.py, EngineArgs batch defaults).
+    """
+
+    bandwidth_fraction: float = 0.60
+    prefill_mfu: float = 0.40
+    decode_mfu: float = 0.40
+    additive_attention: bool = True
+    allreduce: bool = True
+    prefill_attention: bool = True
+    mixed_step: bool = True
+    step_token_budget: int = 8192
+
+    def __post_init__(self) -> None:
+        for name in ("bandwidth_fraction", "prefill_mfu", "decode_mfu"):
+            value = getattr(self, name)
+            if not 0 < value <= 1:
+                raise ValueError(f"{name} is a fraction (0 < x <= 1), got {value!r}")
+        if self.step_token_budget < 1:
+            raise ValueError(f"step_token_budget must be a positive number of tokens, got {self.step_token_budget!r}")
+
+    def without(self, *terms: str) -> Estimate:
+        """This estimate with the named terms switched off: a switch becomes False, a fraction becomes 1 (the
+        datasheet's bandwidth, or peak FLOP/s). Unknown names list the terms there are."""
+        _check_terms(terms)
+        return replace(self, **{t: (False if isinstance(getattr(self, t), bool) else 1.0) for t in terms})
+
+    @classmethod
+    def only(cls, *terms: str, mfu: float = DEFAULT_MFU) -> Estimate:
+        """The floor plus the named terms at their defaults: the other switches off, the datasheet's bandwidth,
+        and ``mfu`` for any MFU not named. ``Estimate.only("additive_attention")`` is the source text's step
+        with attention's KV reads added instead of overlapped."""
+        base = cls()
+        off = cls(bandwidth_fraction=1.0, prefill_mfu=mfu, decode_mfu=mfu, additive_attention=False, allreduce=False,
+                  prefill_attention=False, mixed_step=False)
+        _check_terms(terms)
+        return replace(off, **{t: getattr(base, t) for t in terms})
+
+
+TERMS = ("bandwidth_fraction", "prefill_mfu", "decode_mfu", "additive_attention", "allreduce", "prefill_attention",
+         "mixed_step")  # the switchable terms, in the order a chapter adds them
+
+
+def _check_terms(terms: tuple[str, ...]) -> None:
+    unknown = set(terms) - set(TERMS)
+    if unknown:
+        raise ValueError(f"unknown estimate terms {sorted(unknown)}; accepted: {sorted(TERMS)}")
 
 
 class InfeasibleDeployment(ValueError):
@@ -42,7 +125,8 @@ class Deployment:
 
     ``weight_bytes`` is bytes per parameter (2 = BF16, 1 = FP8/INT8, 0.5 = INT4) and ``kv_bytes`` bytes per
     cached element, chosen separately. ``mfu`` is the fraction of dense peak FLOP/s actually reached.
-    ``reserve_GiB`` (default 8 GiB per GPU) is held back for activations and workspace.
+    ``reserve_GiB`` (default 8 GiB per GPU) is held back for activations and workspace. ``estimate``: ``None``
+    prices the floor; an :class:`Estimate` adds the terms a real server pays (its MFUs then replace ``mfu``).
     """
 
     model: ModelConfig
@@ -52,6 +136,7 @@ class Deployment:
     kv_bytes: float = 2.0
     mfu: float = DEFAULT_MFU
     reserve_GiB: float | None = None
+    estimate: Estimate | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.num_gpus, (int, np.integer)) or isinstance(self.num_gpus, bool) or self.num_gpus < 1:
@@ -96,6 +181,30 @@ class Deployment:
         return self.model.kv_bytes_per_token(self.kv_bytes)
 
 
+def floor_deployment(dep: Deployment) -> Deployment:
+    """The true floor of ``dep``: the floor's formulas at peak FLOP/s (MFU 1) with prefill's causal attention
+    FLOPs counted, and no other estimate term, so no server can beat it."""
+    return replace(dep, mfu=1.0, estimate=Estimate.only("prefill_attention", mfu=1.0))
+
+
+def estimate_deployment(dep: Deployment, estimate: Estimate | None = None) -> Deployment:
+    """``dep`` priced in estimate mode (default terms unless ``estimate`` is given)."""
+    return replace(dep, estimate=estimate or Estimate())
+
+
+MODES = ("floor", "estimate")
+
+
+def with_mode(dep: Deployment, mode: str) -> Deployment:
+    """``dep`` in one of :data:`MODES`: "floor" (the course's formulas at ``dep.mfu``) or "estimate"
+    (:func:`estimate_deployment`, keeping ``dep.estimate`` if it has one)."""
+    if mode == "floor":
+        return replace(dep, estimate=None)
+    if mode == "estimate":
+        return estimate_deployment(dep, dep.estimate)
+    raise ValueError(f"unknown mode {mode!r}; accepted: {', '.join(MODES)}")
+
+
 # ------------------------------------------------------------------------------------------ roofline
 def ridge_point(gpu: Hardware, bytes_per_param: float = 2.0) -> float:
     """FLOPs per byte at which a kernel turns compute-bound: peak FLOP/s / bandwidth."""
@@ -136,14 +245,16 @@ def decode_intensity_with_kv(dep: Deployment, batch: ArrayLike, context: ArrayLi
 
 @dataclass(frozen=True)
 class StepTime:
-    """One forward step: both roofline terms and the larger of the two (seconds)."""
+    """One forward step: both roofline terms and the larger of the two (seconds), plus ``extra_s``, time that
+    overlaps neither (estimate mode: the attention kernel's KV reads and the all-reduces; 0 in the floor)."""
 
     memory_s: np.ndarray
     compute_s: np.ndarray
+    extra_s: np.ndarray | float = 0.0
 
     @property
     def time_s(self) -> np.ndarray:
-        return np.maximum(self.memory_s, self.compute_s)
+        return np.maximum(self.memory_s, self.compute_s) + self.extra_s
 
     @property
     def compute_bound(self) -> np.ndarray:
@@ -154,6 +265,48 @@ class StepTime:
         """'compute' or 'memory' (an array of them for array inputs)."""
         out = np.where(self.compute_bound, "compute", "memory")
         return str(out) if out.ndim == 0 else out
+
+
+def achieved_bandwidth(dep: Deployment) -> float:
+    """Aggregate bandwidth the step is priced at: the datasheet's (floor), or its achieved fraction (estimate)."""
+    return dep.bandwidth * (dep.estimate.bandwidth_fraction if dep.estimate else 1.0)
+
+
+def achieved_flops(dep: Deployment, phase: str) -> float:
+    """Aggregate FLOP/s of ``phase`` ("prefill" or "decode"): peak x ``dep.mfu`` (floor) or x the estimate's MFU
+    for that phase."""
+    if dep.estimate is None:
+        return dep.flops
+    mfu = dep.estimate.prefill_mfu if phase == "prefill" else dep.estimate.decode_mfu
+    return dep.gpu.flops(dep.weight_bytes) * mfu * dep.num_gpus
+
+
+def allreduce_s(dep: Deployment, tokens: ArrayLike) -> np.ndarray:
+    """Tensor-parallel all-reduce time of one step carrying ``tokens`` tokens (estimate mode; 0 otherwise).
+
+    Two all-reduces per layer (after attention, after the MLP) of tokens x hidden x 2 bytes (16-bit
+    activations). A ring all-reduce over n GPUs moves 2(n-1)/n of the message over each link and takes 2(n-1)
+    steps, each paying the link's per-hop latency, after a fixed launch latency (NCCL's tuning model).
+    """
+    n = dep.num_gpus
+    x = np.asarray(tokens, dtype=float)
+    if dep.estimate is None or not dep.estimate.allreduce or n == 1:
+        return np.zeros_like(x)
+    gpu = dep.gpu
+    message = x * dep.model.hidden_size * 2.0
+    one = (2 * (n - 1) / n * message / (gpu.link_bandwidth * gpu.link_efficiency)
+           + gpu.collective_latency_s + 2 * (n - 1) * gpu.link_latency_s)
+    return 2 * dep.model.num_layers * one
+
+
+def attention_flops(model: ModelConfig, new_tokens: ArrayLike, cached: ArrayLike = 0) -> np.ndarray:
+    """Causal attention FLOPs of ``new_tokens`` tokens appended after ``cached`` ones: each new token scores
+    every earlier token and itself, QK^T and PV at 2 FLOPs per multiply-add, over all query heads and layers:
+    4 x layers x q_heads x head_dim x (new x cached + new (new + 1) / 2). Quadratic in a prompt."""
+    c = np.asarray(new_tokens, dtype=float)
+    s = np.asarray(cached, dtype=float)
+    pairs = c * s + c * (c + 1) / 2
+    return 4.0 * model.num_layers * model.num_heads * model.head_dim * pairs
 
 
 def kv_traffic_bytes(dep: Deployment, batch: ArrayLike, context: ArrayLike) -> np.ndarray:
@@ -167,13 +320,22 @@ def decode_step(dep: Deployment, batch: ArrayLike = 1, context: ArrayLike = 0,
 
     memory = (weights read + KV read) / bandwidth; compute = 2 x active params x batch x tokens_per_seq /
     achieved FLOP/s. ``tokens_per_seq`` > 1 scores several tokens per sequence in one pass (speculative
-    verification): the same bytes, that many times the arithmetic.
+    verification): the same bytes, that many times the arithmetic. In estimate mode the bandwidth and FLOP/s
+    are the achieved ones, and the KV term and the all-reduces add to the step (:class:`StepTime`).
     """
     b = _positive(batch, "batch")
     s = _non_negative(context, "context")
-    mem = (weight_bytes_read(dep, b) + kv_traffic_bytes(dep, b, s)) / dep.bandwidth
-    comp = 2.0 * dep.model.active_params * b * np.asarray(tokens_per_seq, dtype=float) / dep.flops
-    return StepTime(np.asarray(mem), np.asarray(comp))
+    t = np.asarray(tokens_per_seq, dtype=float)
+    bw = achieved_bandwidth(dep)
+    weights = weight_bytes_read(dep, b) / bw
+    kv = kv_traffic_bytes(dep, b, s) / bw
+    comp = 2.0 * dep.model.active_params * b * t / achieved_flops(dep, "decode")
+    est = dep.estimate
+    if est is None or not est.additive_attention:
+        step = StepTime(np.asarray(weights + kv), np.asarray(comp))
+    else:
+        step = StepTime(np.asarray(weights), np.asarray(comp), np.asarray(kv))
+    return replace(step, extra_s=step.extra_s + allreduce_s(dep, b * t))
 
 
 def decode_floor_s(dep: Deployment) -> float:
@@ -188,13 +350,54 @@ def tpot_s(dep: Deployment, batch: ArrayLike, context: ArrayLike) -> np.ndarray:
 
 def prefill_step(dep: Deployment, prompt_tokens: ArrayLike, batch: ArrayLike = 1) -> StepTime:
     """Prefill of ``batch`` prompts of ``prompt_tokens`` each in one pass: the weights are read once and used
-    for every prompt token, so it is compute-bound beyond a few hundred tokens."""
+    for every prompt token, so it is compute-bound beyond a few hundred tokens. The arithmetic counts the
+    linear layers (2 x active params per token) and, in estimate mode and the true floor, causal attention
+    (:func:`attention_flops`, quadratic in the prompt)."""
     p = _positive(prompt_tokens, "prompt_tokens")
     b = _positive(batch, "batch")
     tokens = p * b
-    mem = (weight_bytes_read(dep, tokens) + tokens * dep.kv_bytes_per_token) / dep.bandwidth
-    comp = 2.0 * dep.model.active_params * tokens / dep.flops
-    return StepTime(np.asarray(mem), np.asarray(comp))
+    mem = (weight_bytes_read(dep, tokens) + tokens * dep.kv_bytes_per_token) / achieved_bandwidth(dep)
+    flops = 2.0 * dep.model.active_params * tokens
+    if dep.estimate is not None and dep.estimate.prefill_attention:
+        flops = flops + b * attention_flops(dep.model, p)
+    comp = flops / achieved_flops(dep, "prefill")
+    return StepTime(np.asarray(mem), np.asarray(comp), allreduce_s(dep, tokens))
+
+
+def mixed_step(dep: Deployment, batch: ArrayLike, context: ArrayLike, chunk: ArrayLike,
+               chunk_offset: ArrayLike = 0) -> StepTime:
+    """One step that decodes ``batch`` sequences of ``context`` tokens and prefills a ``chunk`` of prompt tokens
+    beside them (chunked prefill, as in Sarathi-Serve). The weights are read once for both jobs; the chunk adds
+    its arithmetic (linear layers, and attention over ``chunk_offset`` earlier prompt tokens where the mode
+    counts it), its KV writes and, in estimate mode, its tokens to the all-reduces."""
+    c = _non_negative(chunk, "chunk")
+    dec = decode_step(dep, batch, context)
+    flops = 2.0 * dep.model.active_params * c
+    if dep.estimate is not None and dep.estimate.prefill_attention:
+        flops = flops + attention_flops(dep.model, c, chunk_offset)
+    b = np.asarray(batch, dtype=float)
+    return StepTime(np.asarray(dec.memory_s + c * dep.kv_bytes_per_token / achieved_bandwidth(dep)),
+                    np.asarray(dec.compute_s + flops / achieved_flops(dep, "prefill")),
+                    dec.extra_s + allreduce_s(dep, b + c) - allreduce_s(dep, b))
+
+
+def mixed_tpot_s(dep: Deployment, concurrency: ArrayLike, prompt: ArrayLike, output: ArrayLike) -> np.ndarray:
+    """Inter-token latency of ``concurrency`` requests of ``prompt`` + ``output`` tokens in steady state, at the
+    mean context (prompt + output / 2).
+
+    Floor, or estimate with ``mixed_step`` off: a pure decode step. Estimate: each step also carries a chunk
+    (:func:`mixed_step`) of the other ``concurrency - 1`` requests' prefills, ``prompt / output`` prompt tokens
+    per output token each, at most the step's token budget less the decode tokens; the chunk's tokens sit on
+    average half a prompt in.
+    """
+    c = _positive(concurrency, "concurrency")
+    p = _positive(prompt, "prompt")
+    o = _positive(output, "output")
+    est = dep.estimate
+    if est is None or not est.mixed_step:
+        return decode_step(dep, c, p + o / 2).time_s
+    chunk = np.clip((c - 1) * p / o, 0, np.maximum(est.step_token_budget - c, 0))
+    return mixed_step(dep, c, p + o / 2, chunk, p / 2).time_s
 
 
 def ttft_s(dep: Deployment, prompt_tokens: ArrayLike, prefix_hit: ArrayLike = 0.0) -> np.ndarray:
@@ -237,11 +440,46 @@ def decode_throughput(dep: Deployment, batch: ArrayLike, context: ArrayLike) -> 
     return np.asarray(batch, dtype=float) / tpot_s(dep, batch, context)
 
 
+@dataclass(frozen=True)
+class CostTerms:
+    """Cost per output token in steady decode as a product: price x seconds per step / tokens per step.
+
+    ``price_per_s``: dollars per second for the whole deployment (GPUs x $/GPU-hour / 3600).
+    ``step_s``: seconds one decode step takes (:func:`decode_step`).
+    ``tokens_per_step``: output tokens one step yields (batch x tokens per sequence per step).
+    """
+
+    price_per_s: float
+    step_s: float
+    tokens_per_step: float
+
+    @property
+    def dollars_per_token(self) -> float:
+        return self.price_per_s * self.step_s / self.tokens_per_step
+
+    @property
+    def dollars_per_million(self) -> float:
+        return 1e6 * self.dollars_per_token
+
+
+def price_per_s(dep: Deployment, price_per_gpu_hour: float = DEFAULT_PRICE_PER_GPU_HOUR) -> float:
+    """Dollars per second the whole deployment costs."""
+    return price_per_gpu_hour * dep.num_gpus / 3600.0
+
+
+def cost_terms(dep: Deployment, batch: float, context: float, tokens_per_seq: float = 1.0,
+               price_per_gpu_hour: float = DEFAULT_PRICE_PER_GPU_HOUR) -> CostTerms:
+    """The three terms for ``batch`` sequences of ``context`` tokens (``tokens_per_seq`` > 1: speculation)."""
+    step = float(decode_step(dep, batch, context).time_s)
+    return CostTerms(price_per_s(dep, price_per_gpu_hour), step, float(batch) * tokens_per_seq)
+
+
 def cost_per_million_tokens(dep: Deployment, batch: ArrayLike, context: ArrayLike,
                             price_per_gpu_hour: float = DEFAULT_PRICE_PER_GPU_HOUR) -> np.ndarray:
-    """USD per million output tokens in steady decode: GPU-hours bought / tokens produced."""
-    dollars_per_s = price_per_gpu_hour * dep.num_gpus / 3600.0
-    return dollars_per_s / decode_throughput(dep, batch, context) * 1e6
+    """USD per million output tokens in steady decode (:class:`CostTerms`, vectorised over batch and context)."""
+    terms = CostTerms(price_per_s(dep, price_per_gpu_hour), tpot_s(dep, batch, context),
+                      np.asarray(batch, dtype=float))
+    return terms.dollars_per_million
 
 
 def request_gpu_seconds(dep: Deployment, prompt_tokens: ArrayLike, output_tokens: ArrayLike,

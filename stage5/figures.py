@@ -41,12 +41,17 @@ def _one() -> cost.Deployment:
 
 
 def _four(**kw: float) -> cost.Deployment:
-    return cost.Deployment.of("llama3-70b", "H100-SXM", 4, **kw)
+    return cost.Deployment.of(cost.ANCHOR_MODEL, cost.ANCHOR_GPU, cost.ANCHOR_GPUS, **kw)
 
 
 CONTEXTS = {"1k": 1024, "4k": 4096, "32k": 32768, "128k": 131072}
 WORKED_BATCH, WORKED_CONTEXT = 125, 4096  # the source text's worked example (module 2)
 
+
+
+# ======================================================================================= the source text's figures
+# Every figure the source text states (chapters 2-3, and chapter 7's speculation example); tests/test_cost.py
+# checks each against the source.
 # --------------------------------------------------------------------------------------- the model
 _fig("llama3_70b_params", "parameters", "Llama 3 70B parameter count from its config.json")(
     lambda: get_model("llama3-70b").num_params)
@@ -109,33 +114,6 @@ _fig("spec_speedup_a07_k4", "x", "batch-1 speculative speedup, alpha 0.7, k 4, d
     lambda: float(cost.speculative_speedup(_one(), 1, 0, 0.7, 4, draft_cost=0.05)))
 
 
-@cache
-def all_figures() -> dict[str, Figure]:
-    """Every named figure, computed once per process."""
-    return {fid: Figure(fid, float(fn()), unit, desc) for fid, unit, desc, fn in _MAKERS}
-
-
-def figure(fid: str) -> float:
-    """The value of one named figure; unknown ids list close matches."""
-    from stage5.names import resolve
-    figs = all_figures()
-    return figs[resolve(fid, figs, "figure")].value
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = OneLineParser(prog="python -m stage5 figures", description=__doc__.split("\n")[0])
-    parser.add_argument("--json", action="store_true", help="print {id: value} as JSON")
-    args = parser.parse_args(argv)
-    figs = all_figures()
-    if args.json:
-        print(json.dumps({f.id: f.value for f in figs.values()}, indent=1))
-        return 0
-    width = max(len(f) for f in figs)
-    for f in figs.values():
-        print(f"{f.id:<{width}}  {f.value:>16,.4g}  {f.unit:<10}  {f.description}")
-    return 0
-
-
 # ======================================================================================= book chapters 1-3
 # Added for the book's first three chapters (two phases, roofline, KV cache). Same anchor deployment.
 PROMPT, CHUNK, DECODE_BATCH = 4096, 256, 64  # the long prompt, the prefill chunk and the decode batch of ch. 1
@@ -189,70 +167,41 @@ def _mha():
     return replace(m, name="llama3-70b-mha", num_kv_heads=m.num_heads)
 
 
-# ======================================================================================= book chapters 8-10
-# Quantization, the levers, the simulator. Same anchor deployment; helpers imported lazily.
-def _q(weights: str = "bf16", kv: str = "bf16") -> cost.Deployment:
-    from stage5.quantization import deployment
-    return deployment("llama3-70b", "H100-SXM", 4, weights, kv)
+# ======================================================================================= chapter 2: additive attention
+# The additive attention term, at the lever ranking's well-batched deployment (the largest batch of
+# 1,024 + 256-token sequences, at their mean context).
+ADDITIVE_PROMPT, ADDITIVE_OUTPUT = 1024, 256
 
 
-def _qgain(case: str, prompt: int, output: int, weights: str = "fp8") -> float:
-    from stage5.quantization import end_to_end_gain
-    return float(end_to_end_gain("llama3-70b", "H100-SXM", 4, prompt, output, QUANT_BATCH, weights, case))
+def _additive() -> cost.Estimate:
+    return cost.Estimate.only("additive_attention")
 
 
-QUANT_BATCH = 64  # the batch at which chapter 8 compares formats
-MIXES = {"chat": (1024, 256), "rag": (4096, 256), "gen": (256, 2048)}  # (prompt, output) tokens
-
-_fig("fp8_weights_GB", "GB", "Llama 3 70B weights in FP8, decimal GB")(lambda: _q("fp8").weight_total_bytes / GB)
-_fig("int4_weights_GB", "GB", "Llama 3 70B weights in INT4, decimal GB")(lambda: _q("int4").weight_total_bytes / GB)
-_fig("fp8_decode_floor_ms_4xH100", "ms", "batch-1 decode floor on 4xH100 with FP8 weights")(
-    lambda: 1e3 * cost.decode_floor_s(_q("fp8")))
-_fig("int4_decode_floor_ms_4xH100", "ms", "batch-1 decode floor on 4xH100 with INT4 (W4A16) weights")(
-    lambda: 1e3 * cost.decode_floor_s(_q("int4")))
-_fig("fp8_intensity_b1", "FLOP/byte", "batch-1 decode intensity with 1-byte weights (2B / bytes per parameter)")(
-    lambda: float(cost.decode_intensity(1, 1.0)))
-_fig("fp8_w_decode_gain_b125_s4096", "x", "decode-step speedup, FP8 weights only, batch 125 x 4,096 tokens")(
-    lambda: float(cost.tpot_s(_q(), WORKED_BATCH, WORKED_CONTEXT) / cost.tpot_s(_q("fp8"), WORKED_BATCH,
-                                                                                WORKED_CONTEXT)))
-_fig("fp8_wkv_decode_gain_b125_s4096", "x", "decode-step speedup, FP8 weights and KV, batch 125 x 4,096 tokens")(
-    lambda: float(cost.tpot_s(_q(), WORKED_BATCH, WORKED_CONTEXT) / cost.tpot_s(_q("fp8", "fp8"), WORKED_BATCH,
-                                                                                WORKED_CONTEXT)))
-_fig("max_seqs_4k_fp8_w_kv", "sequences", "max concurrent 4,096-token sequences on 4xH100, FP8 weights and KV")(
-    lambda: int(cost.max_concurrency(_q("fp8", "fp8"), 4096)))
-for _mix, (_p, _o) in MIXES.items():
-    for _case, _tag in (("weights", "w"), ("weights+kv", "wkv"), ("weights+kv+batch", "batch")):
-        _fig(f"fp8_gain_{_tag}_{_mix}", "x",
-             f"end-to-end FP8 gain ({_case}), {_p:,}-token prompt, {_o:,}-token output, batch {QUANT_BATCH}")(
-            lambda c=_case, p=_p, o=_o: _qgain(c, p, o))
+def _additive_batch() -> int:
+    return int(cost.max_concurrency(_four(), ADDITIVE_PROMPT + ADDITIVE_OUTPUT))
 
 
-def _ranking() -> dict[str, float]:
+def _additive_step_ms(estimate: cost.Estimate | None) -> float:
+    dep = cost.replace(_four(), estimate=estimate)
+    return 1e3 * float(cost.tpot_s(dep, _additive_batch(), ADDITIVE_PROMPT + ADDITIVE_OUTPUT / 2))
+
+
+def _batching_gain(estimate: cost.Estimate | None) -> float:
     from stage5.levers import lever_ranking
-    return lever_ranking()
+    return lever_ranking(prompt=ADDITIVE_PROMPT, output=ADDITIVE_OUTPUT, estimate=estimate)["batching"]
 
 
-for _lever in ("batching", "routing", "quantization", "kernels"):
-    _fig(f"lever_gain_{_lever}", "x", f"cost-per-token gain of {_lever} (order of magnitude), 70B on 4xH100")(
-        lambda name=_lever: _ranking()[name])
-_fig("routing_cost_ratio_8b_70b", "x", "decode cost per token, Llama 3 8B on 1 H100 over 70B on 4, both at max batch")(
-    lambda: __import__("stage5.routing", fromlist=["cost_ratio"]).cost_ratio(
-        "llama3-70b", "H100-SXM", 4, "llama3-8b", "H100-SXM", 1, 1024, 256))
-SPEC_ALPHA, SPEC_K = 0.7, 4  # the acceptance rate and draft length of the source's speculation example
-SPEC_BATCH, SPEC_CONTEXT = 256, 1280  # chapter 10's loaded server: batch 256, full 1,024 + 256-token sequences
-_fig("spec_speedup_b256_s1280", "x", "speculative speedup (alpha 0.7, k 4) at batch 256, 1,280-token contexts, 4xH100")(
-    lambda: float(cost.speculative_speedup(_four(), SPEC_BATCH, SPEC_CONTEXT, SPEC_ALPHA, SPEC_K)))
+_fig("additive_batch", "sequences", "largest batch of 1,280-token sequences on 4xH100 (the well-batched deployment)")(
+    lambda: float(_additive_batch()))
+_fig("additive_step_ms_max", "ms", "decode step at that batch, max(weights + KV, FLOPs): the source's formula")(
+    lambda: _additive_step_ms(None))
+_fig("additive_step_ms_add", "ms", "the same step with attention's KV reads added: KV + max(weights, FLOPs)")(
+    lambda: _additive_step_ms(_additive()))
+_fig("additive_batching_gain_max", "x", "batching lever (naive to largest batch) with the max() step")(
+    lambda: _batching_gain(None))
+_fig("additive_batching_gain_add", "x", "batching lever with the additive attention term")(
+    lambda: _batching_gain(_additive()))
 
-# ======================================================================================= published figures
-# Quoted, not computed: each value and its source are in stage5.published. A range (low, high) becomes two
-# figures, "<id>_lo" and "<id>_hi".
-from stage5 import published  # noqa: E402
-
-for _pid, ((_lo, _hi), _unit, _desc) in published.RANGES.items():
-    _fig(f"{_pid}_lo", _unit, f"{_desc}, low end (published)")(lambda v=_lo: v)
-    _fig(f"{_pid}_hi", _unit, f"{_desc}, high end (published)")(lambda v=_hi: v)
-for _pid, (_value, _unit, _desc) in published.SINGLE.items():
-    _fig(_pid, _unit, f"{_desc} (published)")(lambda v=_value: v)
 
 # ======================================================================================= book chapters 4-5
 # Batching and PagedAttention, on the anchor deployment. The toy engine's measurements are not here: the
@@ -292,10 +241,13 @@ _fig("paged_last_block_waste_pct_b16_s1280", "%",
      "worst-case paged waste: an empty last block's 15 slots over a 1,280-token sequence, 16-token blocks")(
     lambda: 100 * (PAGED_BLOCK - 1) / (PAGED_PROMPT + PAGED_OUTPUT))
 
+
 # ======================================================================================= book chapters 6-7
 # Prefix caching and speculative decoding, on the anchor deployment (four H100s, BF16).
 PREFIX_CASES = {"sys": (2000, 500), "gen": (100, 2000)}  # (prompt, answer): a long shared system prompt; a long answer
 PREFIX_CONCURRENCY = 64  # sequences sharing each decode step in chapter 6's comparison
+SPEC_ALPHA, SPEC_K = 0.7, 4  # the acceptance rate and draft length of the source's speculation example
+SPEC_BATCH, SPEC_CONTEXT = 256, 1280  # chapter 10's loaded server: batch 256, full 1,024 + 256-token sequences
 
 
 def _prefix_request_s(case: str, hit: float) -> tuple[float, float]:
@@ -331,3 +283,119 @@ _fig("spec_speedup_4xH100_b1_s1280", "x", "speculative speedup (alpha 0.7, k 4) 
     lambda: float(cost.speculative_speedup(_four(), 1, SPEC_CONTEXT, SPEC_ALPHA, SPEC_K)))
 _fig("spec_speedup_4xH100_b64_s1280", "x", "speculative speedup (alpha 0.7, k 4) at batch 64, 1,280-token contexts, 4xH100")(
     lambda: float(cost.speculative_speedup(_four(), 64, SPEC_CONTEXT, SPEC_ALPHA, SPEC_K)))
+
+
+# ======================================================================================= book chapters 8-10
+# Quantization, the levers, the simulator. Same anchor deployment; helpers imported lazily.
+def _q(weights: str = "bf16", kv: str = "bf16") -> cost.Deployment:
+    from stage5.quantization import deployment
+    return deployment(cost.ANCHOR_MODEL, cost.ANCHOR_GPU, cost.ANCHOR_GPUS, weights, kv)
+
+
+def _qgain(case: str, prompt: int, output: int, weights: str = "fp8") -> float:
+    from stage5.quantization import end_to_end_gain
+    return float(end_to_end_gain(cost.ANCHOR_MODEL, cost.ANCHOR_GPU, cost.ANCHOR_GPUS, prompt, output, QUANT_BATCH,
+                                 weights, case))
+
+
+QUANT_BATCH = 64  # the batch at which chapter 8 compares formats
+MIXES = {"chat": (1024, 256), "rag": (4096, 256), "gen": (256, 2048)}  # (prompt, output) tokens
+
+_fig("fp8_weights_GB", "GB", "Llama 3 70B weights in FP8, decimal GB")(lambda: _q("fp8").weight_total_bytes / GB)
+_fig("int4_weights_GB", "GB", "Llama 3 70B weights in INT4, decimal GB")(lambda: _q("int4").weight_total_bytes / GB)
+_fig("fp8_decode_floor_ms_4xH100", "ms", "batch-1 decode floor on 4xH100 with FP8 weights")(
+    lambda: 1e3 * cost.decode_floor_s(_q("fp8")))
+_fig("int4_decode_floor_ms_4xH100", "ms", "batch-1 decode floor on 4xH100 with INT4 (W4A16) weights")(
+    lambda: 1e3 * cost.decode_floor_s(_q("int4")))
+_fig("fp8_intensity_b1", "FLOP/byte", "batch-1 decode intensity with 1-byte weights (2B / bytes per parameter)")(
+    lambda: float(cost.decode_intensity(1, 1.0)))
+_fig("fp8_w_decode_gain_b125_s4096", "x", "decode-step speedup, FP8 weights only, batch 125 x 4,096 tokens")(
+    lambda: float(cost.tpot_s(_q(), WORKED_BATCH, WORKED_CONTEXT) / cost.tpot_s(_q("fp8"), WORKED_BATCH,
+                                                                                WORKED_CONTEXT)))
+_fig("fp8_wkv_decode_gain_b125_s4096", "x", "decode-step speedup, FP8 weights and KV, batch 125 x 4,096 tokens")(
+    lambda: float(cost.tpot_s(_q(), WORKED_BATCH, WORKED_CONTEXT) / cost.tpot_s(_q("fp8", "fp8"), WORKED_BATCH,
+                                                                                WORKED_CONTEXT)))
+_fig("max_seqs_4k_fp8_w_kv", "sequences", "max concurrent 4,096-token sequences on 4xH100, FP8 weights and KV")(
+    lambda: int(cost.max_concurrency(_q("fp8", "fp8"), 4096)))
+for _mix, (_p, _o) in MIXES.items():
+    for _case, _tag in (("weights", "w"), ("weights+kv", "wkv"), ("weights+kv+batch", "batch")):
+        _fig(f"fp8_gain_{_tag}_{_mix}", "x",
+             f"end-to-end FP8 gain ({_case}), {_p:,}-token prompt, {_o:,}-token output, batch {QUANT_BATCH}")(
+            lambda c=_case, p=_p, o=_o: _qgain(c, p, o))
+
+
+def _ranking() -> dict[str, float]:
+    from stage5.levers import lever_ranking
+    return lever_ranking()
+
+
+for _lever in ("batching", "routing", "quantization", "kernels"):
+    _fig(f"lever_gain_{_lever}", "x", f"cost-per-token gain of {_lever} (order of magnitude), 70B on 4xH100")(
+        lambda name=_lever: _ranking()[name])
+_fig("routing_cost_ratio_8b_70b", "x", "decode cost per token, Llama 3 8B on 1 H100 over 70B on 4, both at max batch")(
+    lambda: __import__("stage5.routing", fromlist=["cost_ratio"]).cost_ratio(
+        cost.ANCHOR_MODEL, cost.ANCHOR_GPU, cost.ANCHOR_GPUS, "llama3-8b", cost.ANCHOR_GPU, 1, 1024, 256))
+_fig("spec_speedup_b256_s1280", "x", "speculative speedup (alpha 0.7, k 4) at batch 256, 1,280-token contexts, 4xH100")(
+    lambda: float(cost.speculative_speedup(_four(), SPEC_BATCH, SPEC_CONTEXT, SPEC_ALPHA, SPEC_K)))
+
+
+# ======================================================================================= chapter 9: published measurements
+# The floor and the estimate against stage5.published.SERVING_POINTS (stage5.validate).
+def _validation() -> dict:
+    from stage5.validate import summary
+    return summary()
+
+
+def _floor_ratios() -> list[float]:
+    return sorted(p["floor_ratio"] for p in _validation()["points"])
+
+
+_fig("validate_points", "points", "published latency points the cost model is checked against")(
+    lambda: float(len(_validation()["points"])))
+_fig("validate_floor_ratio_median", "x", "median floor / measured over the published points")(
+    lambda: float(__import__("numpy").median(_floor_ratios())))
+_fig("validate_floor_ratio_min", "x", "lowest floor / measured over the published points")(
+    lambda: _floor_ratios()[0])
+_fig("validate_floor_ratio_max", "x", "highest floor / measured over the published points")(
+    lambda: _floor_ratios()[-1])
+_fig("validate_estimate_within_pct", "%", "share of published points the estimate matches within 0.8-1.25x")(
+    lambda: 100 * _validation()["estimate_within_25pct"])
+
+
+# ======================================================================================= published figures (chs 5, 7-9)
+# Quoted, not computed: each value and its source are in stage5.published. A range (low, high) becomes two
+# figures, "<id>_lo" and "<id>_hi".
+from stage5 import published  # noqa: E402
+
+for _pid, ((_lo, _hi), _unit, _desc) in published.RANGES.items():
+    _fig(f"{_pid}_lo", _unit, f"{_desc}, low end (published)")(lambda v=_lo: v)
+    _fig(f"{_pid}_hi", _unit, f"{_desc}, high end (published)")(lambda v=_hi: v)
+for _pid, (_value, _unit, _desc) in published.SINGLE.items():
+    _fig(_pid, _unit, f"{_desc} (published)")(lambda v=_value: v)
+
+
+@cache
+def all_figures() -> dict[str, Figure]:
+    """Every named figure, computed once per process."""
+    return {fid: Figure(fid, float(fn()), unit, desc) for fid, unit, desc, fn in _MAKERS}
+
+
+def figure(fid: str) -> float:
+    """The value of one named figure; unknown ids list close matches."""
+    from stage5.names import resolve
+    figs = all_figures()
+    return figs[resolve(fid, figs, "figure")].value
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = OneLineParser(prog="python -m stage5 figures", description=__doc__.split("\n")[0])
+    parser.add_argument("--json", action="store_true", help="print {id: value} as JSON")
+    args = parser.parse_args(argv)
+    figs = all_figures()
+    if args.json:
+        print(json.dumps({f.id: f.value for f in figs.values()}, indent=1))
+        return 0
+    width = max(len(f) for f in figs)
+    for f in figs.values():
+        print(f"{f.id:<{width}}  {f.value:>16,.4g}  {f.unit:<10}  {f.description}")
+    return 0

@@ -237,7 +237,8 @@ DIAGNOSIS_BLOCKED: tuple[str, ...] = (
     "stage5.cost.decode_step", "stage5.cost.tpot_s", "stage5.cost.prefill_step", "stage5.cost.ttft_s",
     "stage5.cost.request_gpu_seconds", "stage5.cost.speculative_speedup",
     "stage5.cost.expected_tokens_per_verification", "stage5.cost.max_concurrency", "stage5.cost.kv_budget_bytes",
-    "stage5.cost.cost_per_million_tokens", "stage5.cost.decode_throughput",
+    "stage5.cost.cost_per_million_tokens", "stage5.cost.decode_throughput", "stage5.cost.cost_terms",
+    "stage5.cost.mixed_tpot_s",
     "stage5.quantization.end_to_end_gain", "stage5.quantization.decode_step_gain",
 )
 DIAGNOSIS_FIELDS = ("phase", "decode_bound", "best_lever", "gain")

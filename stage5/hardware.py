@@ -1,4 +1,4 @@
-"""Accelerators: dense peak FLOP/s, memory bandwidth and memory, each from its public datasheet.
+"""Accelerators: dense peak FLOP/s, memory bandwidth, memory and GPU-to-GPU links, each from its public datasheet.
 
 Units: FLOP/s and bytes/s are plain SI (1 TB/s = 1e12 bytes/s). Memory capacity is stored in bytes and
 counted in binary GiB, because DRAM stacks are built in powers of two and the "80GB" on an H100
@@ -30,6 +30,10 @@ class Hardware:
         bandwidth: memory bandwidth, bytes/s.
         memory_bytes: memory per device, bytes.
         source: where the figures come from.
+        link_bandwidth: GPU-to-GPU bandwidth per direction, bytes/s (NVLink or, without it, PCIe): half the
+            bidirectional total a datasheet prints. Only estimate mode uses it (tensor-parallel all-reduce).
+        link_latency_s: latency per ring hop of a small all-reduce (NCCL's tuning model, Ring/LL protocol,
+            src/graph/tuning.cc: 0.4 us over NVLink, 1.0 us over PCIe).
     """
 
     name: str
@@ -38,10 +42,14 @@ class Hardware:
     bandwidth: float
     memory_bytes: float
     source: str
-
-    @property
-    def memory_GiB(self) -> float:
-        return self.memory_bytes / GiB
+    link_bandwidth: float = 32 * GB
+    link_latency_s: float = 1.0e-6
+    # NCCL's tuning model (src/graph/tuning.cc), Ring/LL base latency: the fixed cost of one small collective.
+    collective_latency_s: float = 3.6e-6
+    # All-reduce bus bandwidth reached over NVLink: 366 GB/s of H100's 450 GB/s per direction, 77%, measured with
+    # nccl-tests on 4 x H100 (waynehacking8.github.io/blog/nccl-nvlink-bandwidth, 2026). Applied to PCIe links too,
+    # for want of a measurement there.
+    link_efficiency: float = 0.77
 
     @property
     def ridge(self) -> float:
@@ -60,37 +68,42 @@ class Hardware:
 
 
 def _gpu(name: str, bf16_tflops: float, fp8_tflops: float | None, tb_per_s: float, mem_gib: float,
-         source: str) -> Hardware:
+         source: str, link_gb_per_s: float = 64.0) -> Hardware:
+    """``link_gb_per_s``: the bidirectional GPU-to-GPU figure of the datasheet (default: PCIe Gen4 x16, 64 GB/s)."""
+    nvlink = link_gb_per_s > 128  # anything faster than a PCIe Gen5 x16 slot is a direct link
     return Hardware(name, bf16_tflops * TFLOP, fp8_tflops * TFLOP if fp8_tflops else None,
-                    tb_per_s * TB, mem_gib * GiB, source)
+                    tb_per_s * TB, mem_gib * GiB, source, link_bandwidth=link_gb_per_s / 2 * GB,
+                    link_latency_s=0.4e-6 if nvlink else 1.0e-6)
 
 
 GPUS: dict[str, Hardware] = {g.name: g for g in (
     # NVIDIA H100 Tensor Core GPU datasheet (SXM column): BF16 1,979 TFLOPS and FP8 3,958 TFLOPS "with
-    # sparsity", so 989.5 and 1,979 dense; 3.35 TB/s HBM3; 80GB. https://www.nvidia.com/en-us/data-center/h100/
-    _gpu("H100-SXM", 989.5, 1979.0, 3.35, 80, "NVIDIA H100 datasheet, SXM"),
-    # Same datasheet, PCIe column: BF16 1,513 / FP8 3,026 TFLOPS with sparsity; 2 TB/s; 80GB.
-    _gpu("H100-PCIe", 756.5, 1513.0, 2.0, 80, "NVIDIA H100 datasheet, PCIe"),
-    # NVIDIA H200 datasheet (SXM): the H100's tensor cores with 141GB HBM3e at 4.8 TB/s.
+    # sparsity", so 989.5 and 1,979 dense; 3.35 TB/s HBM3; 80GB; NVLink 900GB/s.
+    # https://www.nvidia.com/en-us/data-center/h100/
+    _gpu("H100-SXM", 989.5, 1979.0, 3.35, 80, "NVIDIA H100 datasheet, SXM", 900),
+    # Same datasheet, PCIe column: BF16 1,513 / FP8 3,026 TFLOPS with sparsity; 2 TB/s; 80GB; PCIe Gen5 128GB/s.
+    _gpu("H100-PCIe", 756.5, 1513.0, 2.0, 80, "NVIDIA H100 datasheet, PCIe", 128),
+    # NVIDIA H200 datasheet (SXM): the H100's tensor cores with 141GB HBM3e at 4.8 TB/s; NVLink 900GB/s.
     # https://www.nvidia.com/en-us/data-center/h200/
-    _gpu("H200", 989.5, 1979.0, 4.8, 141, "NVIDIA H200 datasheet, SXM"),
-    # NVIDIA A100 datasheet: BF16 312 TFLOPS dense (624 sparse); no FP8; 40GB HBM2 at 1,555 GB/s (SXM).
-    # https://www.nvidia.com/en-us/data-center/a100/
-    _gpu("A100-40GB", 312.0, None, 1.555, 40, "NVIDIA A100 datasheet, 40GB SXM"),
+    _gpu("H200", 989.5, 1979.0, 4.8, 141, "NVIDIA H200 datasheet, SXM", 900),
+    # NVIDIA A100 datasheet: BF16 312 TFLOPS dense (624 sparse); no FP8; 40GB HBM2 at 1,555 GB/s (SXM);
+    # NVLink 600GB/s. https://www.nvidia.com/en-us/data-center/a100/
+    _gpu("A100-40GB", 312.0, None, 1.555, 40, "NVIDIA A100 datasheet, 40GB SXM", 600),
     # Same datasheet: 80GB HBM2e at 2,039 GB/s (SXM).
-    _gpu("A100-80GB", 312.0, None, 2.039, 80, "NVIDIA A100 datasheet, 80GB SXM"),
+    _gpu("A100-80GB", 312.0, None, 2.039, 80, "NVIDIA A100 datasheet, 80GB SXM", 600),
     # NVIDIA HGX B200 datasheet, per GPU: BF16 2.25 PFLOPS dense (4.5 sparse), FP8 4.5 dense (9 sparse);
-    # 180GB HBM3e at 7.7 TB/s. https://www.nvidia.com/en-us/data-center/hgx/
-    _gpu("B200", 2250.0, 4500.0, 7.7, 180, "NVIDIA HGX B200 datasheet, per GPU"),
+    # 180GB HBM3e at 7.7 TB/s; NVLink 1.8TB/s. https://www.nvidia.com/en-us/data-center/hgx/
+    _gpu("B200", 2250.0, 4500.0, 7.7, 180, "NVIDIA HGX B200 datasheet, per GPU", 1800),
     # NVIDIA L40S datasheet: BF16 362.05 / FP8 733 TFLOPS dense (733 / 1,466 with sparsity); 48GB GDDR6 at
     # 864 GB/s. https://www.nvidia.com/en-us/data-center/l40s/
+    # (L40S, L4 and RTX 4090 have no NVLink: GPUs talk over PCIe Gen4 x16, 64 GB/s both ways, the default.)
     _gpu("L40S", 362.05, 733.0, 0.864, 48, "NVIDIA L40S datasheet"),
     # NVIDIA L4 datasheet: BF16 242 / FP8 485 TFLOPS with sparsity, so 121 / 242.5 dense; 24GB GDDR6 at
     # 300 GB/s. https://www.nvidia.com/en-us/data-center/l4/
     _gpu("L4", 121.0, 242.5, 0.300, 24, "NVIDIA L4 datasheet"),
-    # AMD Instinct MI300X data sheet: BF16 1,307.4 / FP8 2,614.9 TFLOPS dense; 192GB HBM3 at 5.3 TB/s.
-    # https://www.amd.com/en/products/accelerators/instinct/mi300/mi300x.html
-    _gpu("MI300X", 1307.4, 2614.9, 5.3, 192, "AMD Instinct MI300X data sheet"),
+    # AMD Instinct MI300X data sheet: BF16 1,307.4 / FP8 2,614.9 TFLOPS dense; 192GB HBM3 at 5.3 TB/s; Infinity
+    # Fabric 896 GB/s peak (7 links x 128 GB/s). https://www.amd.com/en/products/accelerators/instinct/mi300/mi300x.html
+    _gpu("MI300X", 1307.4, 2614.9, 5.3, 192, "AMD Instinct MI300X data sheet", 896),
     # NVIDIA Ada Lovelace architecture whitepaper, appendix A (GeForce RTX 4090): BF16 with FP32 accumulate
     # 165.2 TFLOPS dense, FP8 330.3 dense; 24GB GDDR6X at 1,008 GB/s.
     _gpu("RTX-4090", 165.2, 330.3, 1.008, 24, "NVIDIA Ada Lovelace whitepaper, RTX 4090"),

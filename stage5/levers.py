@@ -19,40 +19,16 @@ from stage5 import cost, inputs
 from stage5.hardware import Hardware
 from stage5.models import ModelConfig
 from stage5.quantization import deployment
+from stage5.routing import blended_saving, cost_ratio
 
 OBJECTIVES = ("cost", "latency")
 LEVERS = ("batching", "prefix_caching", "quantization", "speculative")  # also the tie-break order
 DEFAULT_TPOT_SLO_S = 0.05  # 50 ms per output token (20 tokens/s per user): the cap on the batching lever
 
 
-# ------------------------------------------------------------------------------------------ cost terms
-@dataclass(frozen=True)
-class CostTerms:
-    """Cost per output token in steady decode as a product: price x seconds per step / tokens per step.
-
-    ``price_per_s``: dollars per second for the whole deployment (GPUs x $/GPU-hour / 3600).
-    ``step_s``: seconds one decode step takes, max(bytes / bandwidth, FLOPs / achieved FLOP/s).
-    ``tokens_per_step``: output tokens one step yields (batch x tokens per sequence per step).
-    """
-
-    price_per_s: float
-    step_s: float
-    tokens_per_step: float
-
-    @property
-    def dollars_per_token(self) -> float:
-        return self.price_per_s * self.step_s / self.tokens_per_step
-
-    @property
-    def dollars_per_million(self) -> float:
-        return 1e6 * self.dollars_per_token
-
-
-def cost_terms(dep: cost.Deployment, batch: float, context: float, tokens_per_seq: float = 1.0,
-               price_per_gpu_hour: float = cost.DEFAULT_PRICE_PER_GPU_HOUR) -> CostTerms:
-    """The three terms for ``batch`` sequences of ``context`` tokens (``tokens_per_seq`` > 1: speculation)."""
-    step = float(cost.decode_step(dep, batch, context).time_s)
-    return CostTerms(price_per_gpu_hour * dep.num_gpus / 3600.0, step, float(batch) * tokens_per_seq)
+# The cost terms live in stage5.cost; re-exported here, where the chapters and the exercise first meet them.
+CostTerms = cost.CostTerms
+cost_terms = cost.cost_terms
 
 
 # ------------------------------------------------------------------------------------------ per request
@@ -73,7 +49,7 @@ def dollars_per_million(dep: cost.Deployment, prompt: float, output: float, conc
                         price_per_gpu_hour: float = cost.DEFAULT_PRICE_PER_GPU_HOUR) -> float:
     """Dollars per million output tokens, prefill time included (prompt tokens are not billed separately)."""
     pre, dec = request_seconds(dep, prompt, output, concurrency, prefix_hit, decode_speedup)
-    return price_per_gpu_hour * dep.num_gpus / 3600.0 * (pre + dec) / output * 1e6
+    return cost.CostTerms(cost.price_per_s(dep, price_per_gpu_hour), pre + dec, output).dollars_per_million
 
 
 def latency_s(dep: cost.Deployment, prompt: float, output: float, concurrency: float,
@@ -121,7 +97,8 @@ def diagnose_reference(model: str | ModelConfig, gpu: str | Hardware, num_gpus: 
                        concurrency: int, objective: str = "cost", *, weights: str = "bf16", kv: str = "bf16",
                        prefix_hit: float = 0.5, alpha: float = 0.7, k: int = 4, draft_cost: float = 0.05,
                        tpot_slo_s: float | None = DEFAULT_TPOT_SLO_S,
-                       price_per_gpu_hour: float = cost.DEFAULT_PRICE_PER_GPU_HOUR) -> Diagnosis:
+                       price_per_gpu_hour: float = cost.DEFAULT_PRICE_PER_GPU_HOUR,
+                       estimate: cost.Estimate | None = None) -> Diagnosis:
     """Diagnose one deployment and rank four levers, each applied alone to the stated deployment.
 
     The levers:
@@ -140,6 +117,8 @@ def diagnose_reference(model: str | ModelConfig, gpu: str | Hardware, num_gpus: 
         draft ``k`` tokens with acceptance ``alpha``, each draft step costing ``draft_cost`` x a target step
         (:func:`stage5.cost.speculative_speedup`), same concurrency; decode only.
 
+    ``estimate``: price everything in estimate mode with these terms (default: the floor).
+
     Raises :class:`stage5.cost.InfeasibleDeployment` if the weights do not fit or ``concurrency`` sequences
     of ``prompt + output`` tokens do not fit, and ``ValueError`` for an unknown objective.
     """
@@ -153,7 +132,7 @@ def diagnose_reference(model: str | ModelConfig, gpu: str | Hardware, num_gpus: 
     inputs.positive(price_per_gpu_hour, "price_per_gpu_hour")
     if tpot_slo_s is not None:
         inputs.positive(tpot_slo_s, "tpot_slo_s")
-    dep = deployment(model, gpu, num_gpus, weights, kv)
+    dep = deployment(model, gpu, num_gpus, weights, kv, estimate=estimate)
     seq, ctx = prompt + output, prompt + output / 2
     fit = int(cost.max_concurrency(dep, seq))
     if concurrency > fit:
@@ -168,7 +147,7 @@ def diagnose_reference(model: str | ModelConfig, gpu: str | Hardware, num_gpus: 
     base = metric(dep, concurrency)
     target = max(concurrency, max_batch_within_slo(dep, ctx, fit, tpot_slo_s))
     quant = deployment(model, gpu, num_gpus, "fp8" if dep.weight_bytes > 1 else weights,
-                       "fp8" if dep.kv_bytes > 1 else kv)
+                       "fp8" if dep.kv_bytes > 1 else kv, estimate=estimate)
     speed = float(cost.speculative_speedup(dep, concurrency, ctx, alpha, k, draft_cost))
     gains = {
         "batching": base / metric(dep, target),
@@ -205,9 +184,10 @@ def naive_batch(dep: cost.Deployment, occupancy: float = NAIVE_OCCUPANCY) -> int
     return max(1, int(np.floor(slots * occupancy)))
 
 
-def lever_ranking(model: str | ModelConfig = "llama3-70b", gpu: str | Hardware = "H100-SXM", num_gpus: int = 4,
-                  prompt: int = 1024, output: int = 256, small_model: str | ModelConfig = "llama3-8b",
-                  small_gpus: int = 1, easy_share: float = 0.8) -> dict[str, float]:
+def lever_ranking(model: str | ModelConfig = cost.ANCHOR_MODEL, gpu: str | Hardware = cost.ANCHOR_GPU,
+                  num_gpus: int = cost.ANCHOR_GPUS, prompt: int = 1024, output: int = 256,
+                  small_model: str | ModelConfig = "llama3-8b", small_gpus: int = 1, easy_share: float = 0.8,
+                  estimate: cost.Estimate | None = None) -> dict[str, float]:
     """Gain in steady-decode cost per output token (:class:`CostTerms`) of each lever, as orders of magnitude.
 
     Sequences hold ``prompt + output`` tokens of KV and are costed at the mean context (prompt + output / 2).
@@ -215,11 +195,10 @@ def lever_ranking(model: str | ModelConfig = "llama3-70b", gpu: str | Hardware =
     to ``small_model`` on ``small_gpus`` (:func:`stage5.routing.blended_saving`, both at their largest batch);
     quantization: FP8 weights and KV cache at the well-batched concurrency; kernels: MFU from the default to
     :data:`KERNEL_MFU` at that concurrency. Prefill is outside these terms (see :func:`diagnose_reference`).
+    ``estimate``: price every deployment in estimate mode with these terms (default: the floor).
     """
-    from stage5.routing import blended_saving, cost_ratio
-
     prompt, output = inputs.positive_int(prompt, "prompt"), inputs.positive_int(output, "output")
-    dep = deployment(model, gpu, num_gpus)
+    dep = deployment(model, gpu, num_gpus, estimate=estimate)
     inputs.within_context(prompt + output, dep.model.max_position_embeddings, "prompt + output", dep.model.name)
     seq, ctx = prompt + output, prompt + output / 2
     good = int(cost.max_concurrency(dep, seq))
@@ -231,8 +210,8 @@ def lever_ranking(model: str | ModelConfig = "llama3-70b", gpu: str | Hardware =
     def usd(d: cost.Deployment, c: float) -> float:
         return cost_terms(d, c, ctx).dollars_per_token
 
-    fp8 = deployment(model, gpu, num_gpus, "fp8", "fp8")
-    faster = deployment(model, gpu, num_gpus, mfu=KERNEL_MFU)
+    fp8 = deployment(model, gpu, num_gpus, "fp8", "fp8", estimate=estimate)
+    faster = deployment(model, gpu, num_gpus, mfu=KERNEL_MFU, estimate=estimate)
     ratio = cost_ratio(model, gpu, num_gpus, small_model, gpu, small_gpus, prompt, output)
     return {
         "batching": usd(dep, naive_batch(dep)) / usd(dep, good),

@@ -22,17 +22,9 @@ def _axes(ax=None):
 
 
 def mixed_step_s(dep: cost.Deployment, batch: int, context: int, chunk: int) -> float:
-    """One step that decodes ``batch`` sequences and prefills ``chunk`` prompt tokens beside them.
-
-    The weights are read once for both jobs; the arithmetic adds up. (A sketch of chunked prefill, as in
-    Sarathi-Serve; attention FLOPs are left out like everywhere in the cost model.)
-    """
-    dec = cost.decode_step(dep, batch, context)
-    if chunk <= 0:
-        return float(dec.time_s)
-    pre = cost.prefill_step(dep, chunk)
-    mem = dec.memory_s + chunk * dep.kv_bytes_per_token / dep.bandwidth
-    return float(max(mem, dec.compute_s + pre.compute_s))
+    """One step that decodes ``batch`` sequences and prefills ``chunk`` prompt tokens beside them
+    (:func:`stage5.cost.mixed_step`)."""
+    return float(cost.mixed_step(dep, batch, context, chunk).time_s)
 
 
 def stall_schedule(dep: cost.Deployment, batch: int, context: int, prompt: int, chunk: int | None,

@@ -95,25 +95,28 @@ def deployment(model: str | ModelConfig, gpu: str | Hardware, num_gpus: int = 1,
 
 
 def case_deployments(model: str | ModelConfig, gpu: str | Hardware, num_gpus: int, weights: str = "fp8",
-                     case: str = "weights", kv: str = "fp8") -> tuple[cost.Deployment, cost.Deployment]:
-    """(BF16 baseline, quantized deployment) for one of :data:`CASES`; ``kv`` is used by the last two."""
+                     case: str = "weights", kv: str = "fp8",
+                     estimate: cost.Estimate | None = None) -> tuple[cost.Deployment, cost.Deployment]:
+    """(BF16 baseline, quantized deployment) for one of :data:`CASES`; ``kv`` is used by the last two.
+    ``estimate``: price both in estimate mode with these terms (default: the floor)."""
     if case not in CASES:
         raise ValueError(f"unknown case {case!r}; accepted: {', '.join(CASES)}")
-    base = deployment(model, gpu, num_gpus)
-    new = deployment(model, gpu, num_gpus, weights, "bf16" if case == "weights" else kv)
+    base = deployment(model, gpu, num_gpus, estimate=estimate)
+    new = deployment(model, gpu, num_gpus, weights, "bf16" if case == "weights" else kv, estimate=estimate)
     return base, new
 
 
 def end_to_end_gain(model: str | ModelConfig, gpu: str | Hardware, num_gpus: int, prompt: cost.ArrayLike,
                     output: cost.ArrayLike, batch: cost.ArrayLike, weights: str = "fp8", case: str = "weights",
-                    kv: str = "fp8") -> np.ndarray:
+                    kv: str = "fp8", estimate: cost.Estimate | None = None) -> np.ndarray:
     """Throughput gain of a quantized deployment over BF16, per request, prefill included.
 
     ``prompt``, ``output`` and ``batch`` broadcast. In the batch case the quantized deployment runs the
     largest batch whose KV cache fits at the full sequence length (prompt + output), or ``batch`` if larger.
-    Where ``batch`` does not fit the BF16 baseline the result is NaN.
+    Where ``batch`` does not fit the BF16 baseline the result is NaN. ``estimate``: the gain in estimate mode
+    (``cost.Estimate()`` for the default terms), where fixed costs such as the all-reduces do not shrink.
     """
-    base, new = case_deployments(model, gpu, num_gpus, weights, case, kv)
+    base, new = case_deployments(model, gpu, num_gpus, weights, case, kv, estimate)
     p, o, b = np.broadcast_arrays(*(np.asarray(x, dtype=float) for x in (prompt, output, batch)))
     seq = p + o
     fits = b <= cost.max_concurrency(base, seq)
@@ -124,9 +127,10 @@ def end_to_end_gain(model: str | ModelConfig, gpu: str | Hardware, num_gpus: int
 
 def decode_step_gain(model: str | ModelConfig, gpu: str | Hardware, num_gpus: int, batch: cost.ArrayLike,
                      context: cost.ArrayLike, weights: str = "fp8", case: str = "weights",
-                     kv: str = "fp8") -> np.ndarray:
-    """Decode-step speedup alone (no prefill), at the same batch: the mechanism without the dilution."""
+                     kv: str = "fp8", estimate: cost.Estimate | None = None) -> np.ndarray:
+    """Decode-step speedup alone (no prefill), at the same batch: the mechanism without the dilution.
+    ``estimate``: in estimate mode (default: the floor)."""
     if case == "weights+kv+batch":
         raise ValueError("decode_step_gain compares steps at the same batch; use end_to_end_gain for that case")
-    base, new = case_deployments(model, gpu, num_gpus, weights, case, kv)
+    base, new = case_deployments(model, gpu, num_gpus, weights, case, kv, estimate)
     return cost.tpot_s(base, batch, context) / cost.tpot_s(new, batch, context)

@@ -30,12 +30,10 @@ def cost_ratio(big: str | ModelConfig, big_gpu: str | Hardware, big_gpus: int, s
                small_gpu: str | Hardware, small_gpus: int, prompt: int, output: int) -> float:
     """Steady-decode cost per output token of the small deployment over the big one, each at its largest batch
     that fits ``prompt + output``-token sequences, at the mean context (BF16, the cost model's assumptions)."""
-    from stage5.levers import cost_terms
-
     def best(model, gpu, n):
         dep = deployment(model, gpu, n)
         batch = int(cost.max_concurrency(dep, prompt + output))
-        return cost_terms(dep, batch, prompt + output / 2).dollars_per_token
+        return cost.cost_terms(dep, batch, prompt + output / 2).dollars_per_token
 
     return best(small, small_gpu, small_gpus) / best(big, big_gpu, big_gpus)
 

@@ -5,8 +5,10 @@ bad deployment: it returns ``ok=False`` and the reason. :class:`Simulator` wires
 built and driven without a display (the tests do), and its prediction box records a guess before the
 learner reveals the value and reports the error.
 
-What it assumes, each of which flatters its numbers: perfect batching with no queueing, perfect
-tensor-parallel scaling, a fixed MFU, no scheduling or sampling overhead. What it leaves out: arrival
+What it assumes in its default ``floor`` mode, each of which flatters its numbers: perfect batching with no
+queueing, perfect tensor-parallel scaling, a fixed MFU, no scheduling or sampling overhead. Its ``estimate``
+mode adds the terms of :class:`stage5.cost.Estimate` (achieved bandwidth, per-phase MFU, attention's KV reads
+added to the step, tensor-parallel all-reduces, other requests' prefill chunks sharing the decode steps). What it leaves out: arrival
 variance and queueing, preemption, chunked-prefill interleaving, MoE routing imbalance, and the draft
 model's own KV cache and weights under speculative decoding.
 """
@@ -17,7 +19,7 @@ import html
 import json
 import math
 import time
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, replace
 
 from stage5 import cost, levers
 from stage5 import inputs as check
@@ -31,12 +33,13 @@ PASTED = "(pasted config.json)"
 @dataclass(frozen=True)
 class SimInputs:
     """Everything the learner can set. ``k = 0`` turns speculation off; ``prefix_hit`` is the fraction of each
-    prompt found in the prefix cache. ``model == PASTED`` reads the model from ``config_json``."""
+    prompt found in the prefix cache. ``model == PASTED`` reads the model from ``config_json``. ``mode`` is one of
+    :data:`stage5.cost.MODES`."""
 
-    model: str = "llama3-70b"
+    model: str = cost.ANCHOR_MODEL
     config_json: str = ""
-    gpu: str = "H100-SXM"
-    num_gpus: int = 4
+    gpu: str = cost.ANCHOR_GPU
+    num_gpus: int = cost.ANCHOR_GPUS
     weights: str = "bf16"
     kv: str = "bf16"
     prompt: int = 1024
@@ -47,6 +50,7 @@ class SimInputs:
     prefix_hit: float = 0.0
     price_per_gpu_hour: float = cost.DEFAULT_PRICE_PER_GPU_HOUR
     objective: str = "cost"
+    mode: str = "floor"  # the cost model's mode: "floor" (the course's formulas) or "estimate" (stage5.cost.Estimate)
 
 
 @dataclass(frozen=True)
@@ -103,6 +107,7 @@ def check_inputs(x: SimInputs, model: ModelConfig) -> None:
     check.fraction(x.prefix_hit, "prefix_hit")
     check.positive(x.price_per_gpu_hour, "price_per_gpu_hour")
     check.choice(x.objective, "objective", levers.OBJECTIVES)
+    check.choice(x.mode, "mode", cost.MODES)
 
 
 def simulate(inputs: SimInputs) -> SimOutputs:
@@ -130,12 +135,12 @@ def _simulate(x: SimInputs) -> SimOutputs:
         raise TypeError(f"simulate takes a SimInputs, got {type(x).__name__}")
     model = resolve_model(x)
     check_inputs(x, model)
-    dep = deployment(model, x.gpu, int(x.num_gpus), x.weights, x.kv)
+    dep = cost.with_mode(deployment(model, x.gpu, int(x.num_gpus), x.weights, x.kv), x.mode)
     p, o, c = int(x.prompt), int(x.output), int(x.concurrency)
     ctx = p + o / 2
     diag = levers.diagnose_reference(model, x.gpu, int(x.num_gpus), p, o, c, x.objective, weights=x.weights,
                                      kv=x.kv, prefix_hit=x.prefix_hit, alpha=x.alpha, k=int(x.k),
-                                     price_per_gpu_hour=x.price_per_gpu_hour)
+                                     price_per_gpu_hour=x.price_per_gpu_hour, estimate=dep.estimate)
     speed = float(cost.speculative_speedup(dep, c, ctx, x.alpha, x.k)) if x.k > 0 else 1.0
     pre, dec = levers.request_seconds(dep, p, o, c, x.prefix_hit, speed)
     binding = "KV memory capacity" if c == diag.max_concurrency else (
@@ -143,7 +148,7 @@ def _simulate(x: SimInputs) -> SimOutputs:
     return SimOutputs(
         ok=True, model=model.name,
         ttft_ms=1e3 * float(cost.ttft_s(dep, p, x.prefix_hit)),
-        tpot_ms=1e3 * float(cost.tpot_s(dep, c, ctx)) / speed,
+        tpot_ms=1e3 * float(cost.mixed_tpot_s(dep, c, p, o)) / speed,
         throughput=o / (pre + dec),
         usd_per_million=levers.dollars_per_million(dep, p, o, c, x.prefix_hit, speed, x.price_per_gpu_hour),
         binding=binding, max_concurrency=diag.max_concurrency,
@@ -218,6 +223,7 @@ class Simulator:
             "price_per_gpu_hour": box(w.BoundedFloatText, x.price_per_gpu_hour, "$ per GPU-hour", min=0.01,
                                       max=1000.0),
             "objective": box(w.ToggleButtons, x.objective, "levers judged by", options=list(levers.OBJECTIVES)),
+            "mode": box(w.ToggleButtons, x.mode, "cost model", options=list(cost.MODES)),
         }
         self.result = w.HTML()
         self.timing = w.HTML()
@@ -296,14 +302,10 @@ class Simulator:
         if self._widget is None:
             c = self.controls
             left = w.VBox([c["model"], c["config_json"], c["gpu"], c["num_gpus"], c["weights"], c["kv"],
-                           c["price_per_gpu_hour"]])
+                           c["price_per_gpu_hour"], c["mode"]])
             mid = w.VBox([c["prompt"], c["output"], c["concurrency"], c["alpha"], c["k"], c["prefix_hit"],
                           c["objective"]])
             predict = w.VBox([w.HTML("<b>Commit to a prediction</b>"), self.quantity, self.guess_box,
                               w.HBox([self.record_button, self.reveal_button]), self.hide, self.feedback])
             self._widget = w.VBox([w.HBox([left, mid]), predict, self.result, self.timing])
         return self._widget
-
-
-def inputs_dict(inputs: SimInputs) -> dict[str, object]:
-    return asdict(inputs)

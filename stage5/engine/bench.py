@@ -50,10 +50,10 @@ def predicted_decode(cfg, result: RunResult) -> dict[str, float]:
     batch = sum(len(result.trace[i][1]) for i in decode) / len(decode)
     context = sum(result.step_context[i] for i in decode) / len(decode) / batch
     measured = sorted(result.step_s[i] for i in decode)[len(decode) // 2]
-    from stage5.calibrate import this_machine
-    from stage5.cost import Deployment, decode_step
+    from stage5.calibrate import toy_deployment
+    from stage5.cost import decode_step
 
-    step = decode_step(Deployment(model=cfg, gpu=this_machine(), weight_bytes=4, kv_bytes=4, mfu=1.0), batch, context)
+    step = decode_step(toy_deployment(cfg), batch, context)
     return {"batch": batch, "context": context, "predicted_s": float(step.time_s),
             "memory_s": float(step.memory_s), "compute_s": float(step.compute_s), "measured_median_s": measured}
 

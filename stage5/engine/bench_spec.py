@@ -50,13 +50,12 @@ def acceptance(model, cfg, requests, ks=range(1, 9), drafters=("draft", "prompt_
 
 def speedup(model, cfg, k: int = 4, batches=(1, 2, 4, 8, 16, 32, 64), output_len: int = 64) -> list[dict]:
     """Measured and predicted speedup per batch size; stops after the first batch measured below 1."""
-    from stage5.calibrate import this_machine
-    from stage5.cost import Deployment, decode_step, speculative_speedup
+    from stage5.calibrate import toy_deployment
+    from stage5.cost import decode_step, speculative_speedup
     from stage5.engine.checkpoints import load_draft
 
-    machine = this_machine()
-    dep = Deployment(model=cfg, gpu=machine, weight_bytes=4, kv_bytes=4, mfu=1.0)
-    draft_dep = Deployment(model=load_draft()[1], gpu=machine, weight_bytes=4, kv_bytes=4, mfu=1.0)
+    dep = toy_deployment(cfg)
+    draft_dep = toy_deployment(load_draft()[1])
     rows = []
     for batch in batches:
         requests = spec_workload(batch, prompt_len=32, output_len=output_len)

@@ -1,0 +1,129 @@
+"""``python -m stage5 validate``: the cost model's two modes against published serving measurements.
+
+Each point of :data:`stage5.published.SERVING_POINTS` is priced twice, by the floor (the course's formulas at
+MFU 1: :func:`stage5.cost.floor_deployment`) and by the estimate (:class:`stage5.cost.Estimate` at its
+defaults, none of which is set from these points). The latency metrics are the time per output token at the
+point's concurrency (:func:`stage5.cost.mixed_tpot_s`, at the mean context) and, where published at
+concurrency 1, the time to first token (:func:`stage5.cost.ttft_s`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from dataclasses import dataclass
+
+import numpy as np
+
+from stage5 import cost
+from stage5.published import SERVING_POINTS, ServingPoint
+from stage5.quantization import deployment
+
+WITHIN = (0.8, 1.25)  # the band the estimate should land in, as estimate / measured
+
+
+@dataclass(frozen=True)
+class Row:
+    id: str
+    metric: str  # "tpot_ms" or "ttft_ms"
+    measured: float
+    floor: float
+    estimate: float
+
+    @property
+    def floor_ratio(self) -> float:
+        return self.floor / self.measured
+
+    @property
+    def estimate_ratio(self) -> float:
+        return self.estimate / self.measured
+
+    def as_dict(self) -> dict[str, float | str]:
+        return {"id": self.id, "metric": self.metric, "measured": self.measured, "floor": self.floor,
+                "estimate": self.estimate, "floor_ratio": self.floor_ratio, "estimate_ratio": self.estimate_ratio}
+
+
+def predict_ms(point: ServingPoint, metric: str, mode: str, estimate: cost.Estimate | None = None) -> float:
+    """One point's ``metric`` ("tpot_ms" or "ttft_ms") in ``mode`` ("floor" or "estimate"), in ms."""
+    dep = deployment(point.model, point.gpu, point.num_gpus, point.weights, point.kv)
+    dep = cost.floor_deployment(dep) if mode == "floor" else cost.estimate_deployment(dep, estimate)
+    if metric == "tpot_ms":
+        return 1e3 * float(cost.mixed_tpot_s(dep, point.concurrency, point.prompt, point.output))
+    if metric == "ttft_ms":
+        return 1e3 * float(cost.ttft_s(dep, point.prompt))
+    raise ValueError(f"unknown metric {metric!r}; accepted: tpot_ms, ttft_ms")
+
+
+def rows(estimate: cost.Estimate | None = None) -> list[Row]:
+    """Every published latency, with both predictions (``estimate``: the estimate's terms, default ones)."""
+    out = []
+    for p in SERVING_POINTS:
+        for metric in ("tpot_ms", "ttft_ms"):
+            measured = getattr(p, metric)
+            if measured is not None:
+                out.append(Row(p.id, metric, measured, predict_ms(p, metric, "floor"),
+                               predict_ms(p, metric, "estimate", estimate)))
+    return out
+
+
+def summary(estimate: cost.Estimate | None = None) -> dict[str, object]:
+    """The validate report: every row, the share of estimates within :data:`WITHIN` and whether the floor is
+    at or below every measurement."""
+    table = rows(estimate)
+    ratios = np.array([r.estimate_ratio for r in table])
+    within = float(np.mean((ratios >= WITHIN[0]) & (ratios <= WITHIN[1])))
+    return {"points": [r.as_dict() for r in table], "estimate_within_25pct": within,
+            "floor_is_lower_bound": bool(all(r.floor <= r.measured for r in table))}
+
+
+def term_shares() -> dict[str, float]:
+    """Share of points within 25% with all default terms, and with each term switched off alone."""
+    shares = {"all terms": float(summary()["estimate_within_25pct"])}
+    for term in cost.TERMS:
+        shares[f"without {term}"] = float(summary(cost.Estimate().without(term))["estimate_within_25pct"])
+    return shares
+
+
+def plot_predicted_vs_measured(report: dict[str, object] | None = None, ax=None):
+    """Predicted against measured for both modes on log-log axes, with the y = x line and the 0.8-1.25 band."""
+    import matplotlib.pyplot as plt
+
+    report = report or summary()
+    if ax is None:
+        _, ax = plt.subplots(figsize=(5.6, 5.2))
+    pts = report["points"]
+    measured = np.array([p["measured"] for p in pts])
+    lo, hi = measured.min() / 3, measured.max() * 3
+    line = np.array([lo, hi])
+    ax.fill_between(line, WITHIN[0] * line, WITHIN[1] * line, color="0.9", label="within 0.8-1.25x")
+    ax.plot(line, line, color="k", lw=0.8, label="y = x")
+    for mode, colour, marker in (("floor", "C0", "v"), ("estimate", "C3", "o")):
+        for metric, fill in (("tpot_ms", True), ("ttft_ms", False)):
+            sel = [p for p in pts if p["metric"] == metric]
+            ax.scatter([p["measured"] for p in sel], [p[mode] for p in sel], color=colour if fill else "none",
+                       edgecolors=colour, marker=marker, label=f"{mode}, {metric.split('_')[0].upper()}")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlim(lo, hi)
+    ax.set_ylim(lo, hi)
+    ax.set_xlabel("measured (ms)")
+    ax.set_ylabel("predicted (ms)")
+    ax.legend(fontsize=7, loc="upper left")
+    return ax
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m stage5 validate", description=__doc__.split("\n")[0])
+    parser.add_argument("--json", action="store_true", help="print the report as JSON")
+    args = parser.parse_args(argv)
+    report = summary()
+    if args.json:
+        print(json.dumps(report, indent=1))
+        return 0
+    print(f"{'point':<44} {'metric':<8} {'measured':>9} {'floor':>9} {'estimate':>9} {'f/m':>6} {'e/m':>6}")
+    for r in report["points"]:
+        print(f"{r['id']:<44} {r['metric']:<8} {r['measured']:>9.2f} {r['floor']:>9.2f} {r['estimate']:>9.2f} "
+              f"{r['floor_ratio']:>6.2f} {r['estimate_ratio']:>6.2f}")
+    print(f"estimate within 0.8-1.25 of the measurement: {report['estimate_within_25pct']:.0%} of points; "
+          f"floor at or below every measurement: {report['floor_is_lower_bound']}")
+    return 0

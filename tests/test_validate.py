@@ -1,0 +1,164 @@
+"""Estimate mode, the published serving points and `python -m stage5 validate`."""
+
+import json
+
+import numpy as np
+import pytest
+
+from stage5 import cost, validate
+from stage5.__main__ import main
+from stage5.hardware import GPUS
+from stage5.published import SERVING_POINTS
+from stage5.quantization import deployment
+
+
+def test_validate_json_has_exactly_the_issue_shape(capsys):
+    assert main(["validate", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert set(report) == {"points", "estimate_within_25pct", "floor_is_lower_bound"}
+    keys = {"id", "metric", "measured", "floor", "estimate", "floor_ratio", "estimate_ratio"}
+    assert report["points"] and all(set(p) == keys for p in report["points"])
+    for p in report["points"]:
+        assert p["floor_ratio"] == pytest.approx(p["floor"] / p["measured"])
+
+
+def test_floor_is_at_or_below_every_published_latency():
+    rows = validate.rows()
+    assert all(r.floor <= r.measured for r in rows), [r.id for r in rows if r.floor > r.measured]
+    assert validate.summary()["floor_is_lower_bound"] is True
+
+
+def test_estimate_is_within_25_percent_on_at_least_80_percent_of_points():
+    assert validate.summary()["estimate_within_25pct"] >= 0.8
+
+
+def test_published_points_span_gpus_prompts_and_concurrency_and_cite_a_table():
+    assert len(SERVING_POINTS) >= 10
+    assert {1, 8} <= {p.num_gpus for p in SERVING_POINTS}
+    assert min(p.prompt for p in SERVING_POINTS) <= 16 and max(p.prompt for p in SERVING_POINTS) >= 4096
+    assert max(p.concurrency for p in SERVING_POINTS) >= 50
+    assert all("table" in p.source and p.tpot_ms > 0 for p in SERVING_POINTS)
+    assert len({p.id for p in SERVING_POINTS}) == len(SERVING_POINTS)
+
+
+def test_estimate_with_every_term_off_is_the_source_formula():
+    """One set of formulas: the estimate with every term off prices every point as the course's floor does."""
+    for p in SERVING_POINTS:
+        dep = deployment(p.model, p.gpu, p.num_gpus, p.weights, p.kv)
+        bare = cost.replace(dep, estimate=cost.Estimate.only(mfu=dep.mfu))
+        assert float(cost.mixed_tpot_s(bare, p.concurrency, p.prompt, p.output)) == pytest.approx(
+            float(cost.mixed_tpot_s(dep, p.concurrency, p.prompt, p.output)), rel=1e-12)
+        assert float(cost.ttft_s(bare, p.prompt)) == pytest.approx(float(cost.ttft_s(dep, p.prompt)), rel=1e-12)
+
+
+def test_the_true_floor_counts_prefill_attention_at_peak():
+    dep = deployment("llama3-70b", "H100-SXM", 4)
+    true = cost.floor_deployment(dep)
+    # below the course's floor (MFU 0.5) at a short prompt, above it only through attention at a long one
+    assert float(cost.ttft_s(true, 1024)) < float(cost.ttft_s(dep, 1024))
+    linear_only = 2 * dep.model.active_params * 131072 / (dep.gpu.flops() * dep.num_gpus)
+    assert float(cost.ttft_s(true, 131072)) > 2 * linear_only
+
+
+@pytest.mark.parametrize("term", cost.TERMS)
+def test_each_term_switches_off_alone_and_matters_somewhere(term):
+    on, off = cost.Estimate(), cost.Estimate().without(term)
+    assert getattr(off, term) in (False, 1.0)
+    changed = [p.id for p in SERVING_POINTS for m in ("tpot_ms", "ttft_ms")
+               if validate.predict_ms(p, m, "estimate", on) != validate.predict_ms(p, m, "estimate", off)]
+    assert changed, f"switching off {term} changed no prediction"
+
+
+def test_unknown_terms_are_refused_with_the_list():
+    with pytest.raises(ValueError, match="accepted"):
+        cost.Estimate().without("kernel_magic")
+    with pytest.raises(ValueError, match="fraction"):
+        cost.Estimate(bandwidth_fraction=1.5)
+
+
+def test_additive_attention_adds_kv_time_instead_of_overlapping_it():
+    """The worked example at batch 400: max(W + KV, C) in the floor, KV + max(W, C) with the additive term."""
+    dep = deployment(cost.ANCHOR_MODEL, cost.ANCHOR_GPU, cost.ANCHOR_GPUS)
+    add = cost.replace(dep, estimate=cost.Estimate.only("additive_attention"))
+    b, s = 400, 1152
+    w = dep.weight_total_bytes / dep.bandwidth
+    kv = b * s * dep.kv_bytes_per_token / dep.bandwidth
+    c = 2 * dep.model.active_params * b / dep.flops
+    assert float(cost.tpot_s(dep, b, s)) == pytest.approx(max(w + kv, c))
+    assert float(cost.tpot_s(add, b, s)) == pytest.approx(kv + max(w, c))
+    assert float(cost.tpot_s(add, b, s)) > float(cost.tpot_s(dep, b, s))
+
+
+def test_allreduce_costs_nothing_on_one_gpu_and_more_with_more_gpus():
+    est = cost.Estimate.only("allreduce")
+    one, two, eight = (deployment("llama3-8b", "H100-SXM", n, estimate=est) for n in (1, 2, 8))
+    assert float(cost.allreduce_s(one, 1)) == 0
+    assert 0 < float(cost.allreduce_s(two, 1)) < float(cost.allreduce_s(eight, 1))
+    assert float(cost.allreduce_s(eight, 4096)) > float(cost.allreduce_s(eight, 1))  # the message grows
+
+
+def test_every_gpu_has_an_interconnect_and_nvlink_is_faster_than_pcie():
+    assert all(g.link_bandwidth > 0 and g.link_latency_s > 0 for g in GPUS.values())
+    assert GPUS["H100-SXM"].link_bandwidth > GPUS["H100-PCIe"].link_bandwidth > GPUS["L40S"].link_bandwidth
+
+
+def test_prefill_attention_flops_grow_with_the_square_of_the_prompt():
+    m = deployment("llama3-70b", "H100-SXM", 1).model
+    ratio = cost.attention_flops(m, 131072) / cost.attention_flops(m, 4096)
+    assert ratio == pytest.approx(32**2, rel=0.01)
+    # at 131K tokens attention outweighs the linear layers, so the floor's TTFT more than doubles with it
+    assert float(cost.attention_flops(m, 131072)) > 2 * m.active_params * 131072
+
+
+def test_mixed_step_is_plain_decode_alone_and_grows_with_other_prefills():
+    dep = deployment("llama3-70b", "H100-SXM", 2, "fp8", estimate=cost.Estimate())
+    plain = cost.replace(dep, estimate=cost.Estimate().without("mixed_step"))
+    assert float(cost.mixed_tpot_s(dep, 1, 5000, 500)) == pytest.approx(float(cost.mixed_tpot_s(plain, 1, 5000, 500)))
+    loaded = cost.mixed_tpot_s(dep, np.array([5, 25, 50]), 5000, 500)
+    assert np.all(np.diff(loaded) > 0)
+    assert float(cost.mixed_tpot_s(dep, 50, 5000, 500)) > float(cost.mixed_tpot_s(plain, 50, 5000, 500))
+    # the token budget caps the chunk: a tiny budget leaves almost a plain step
+    tight = cost.replace(dep, estimate=cost.replace(cost.Estimate(), step_token_budget=60))
+    assert float(cost.mixed_tpot_s(tight, 50, 5000, 500)) < float(cost.mixed_tpot_s(dep, 50, 5000, 500))
+
+
+def test_one_cost_per_token_formula():
+    dep = deployment("llama3-8b", "H100-SXM", 1)
+    terms = cost.cost_terms(dep, 32, 2048)
+    assert float(cost.cost_per_million_tokens(dep, 32, 2048)) == pytest.approx(terms.dollars_per_million)
+
+
+def test_simulator_switches_between_floor_and_estimate():
+    from stage5.simulator import SimInputs, Simulator, simulate
+
+    floor, est = simulate(SimInputs()), simulate(SimInputs(mode="estimate"))
+    assert floor.ok and est.ok
+    assert est.tpot_ms > floor.tpot_ms and est.usd_per_million > floor.usd_per_million
+    bad = simulate(SimInputs(mode="optimistic"))
+    assert not bad.ok and "floor" in bad.error and "estimate" in bad.error
+    sim = Simulator()
+    assert sim.set(mode="estimate").tpot_ms == pytest.approx(est.tpot_ms)
+
+
+def test_levers_and_quantization_take_an_estimate():
+    from stage5.levers import diagnose_reference, lever_ranking
+    from stage5.quantization import end_to_end_gain
+
+    est = cost.Estimate()
+    assert lever_ranking(estimate=est) != lever_ranking()
+    assert diagnose_reference("llama3-70b", "H100-SXM", 4, 1024, 256, 16, estimate=est).metric > \
+        diagnose_reference("llama3-70b", "H100-SXM", 4, 1024, 256, 16).metric
+    # fixed costs (the all-reduces) do not shrink with the bytes, so the estimate's FP8 gain is smaller
+    assert float(end_to_end_gain("llama3-70b", "H100-SXM", 4, 1024, 256, 64, estimate=est)) < \
+        float(end_to_end_gain("llama3-70b", "H100-SXM", 4, 1024, 256, 64))
+
+
+def test_deploy_takes_a_mode(capsys):
+    args = ["deploy", "--model", "llama3-70b", "--gpu", "H100", "--gpus", "4", "--context", "4096", "--batch", "125",
+            "--json"]
+    assert main(args) == 0
+    floor = json.loads(capsys.readouterr().out)
+    assert main([*args, "--mode", "estimate"]) == 0
+    est = json.loads(capsys.readouterr().out)
+    assert floor["mode"] == "floor" and floor["added_ms"] == 0
+    assert est["mode"] == "estimate" and est["added_ms"] > 0 and est["tpot_ms"] > floor["tpot_ms"]
