@@ -193,6 +193,7 @@ class Simulator:
         self.feedback = w.HTML()
         self.hide = w.Checkbox(value=False, description="hide results until I reveal")
         self.guess: tuple[str, float, SimInputs] | None = None
+        self.revealed_for: SimInputs | None = None  # the inputs of the last reveal: shown even when hiding
         self.outputs = simulate(x)
         for control in self.controls.values():
             control.observe(self._changed, names="value")
@@ -216,9 +217,14 @@ class Simulator:
             self.controls[name].value = value
         return self.outputs
 
+    @property
+    def hidden(self) -> bool:
+        """With "hide" ticked, results stay hidden until a guess for these very inputs is revealed."""
+        return bool(self.hide.value) and self.revealed_for != self.inputs
+
     def update(self) -> SimOutputs:
         self.outputs = simulate(self.inputs)
-        hidden = self.hide.value and self.guess is not None
+        hidden = self.hidden
         self.result.value = ("<p><i>Results hidden: reveal your prediction first.</i></p>" if hidden
                              else to_html(self.outputs, self.inputs))
         self.timing.value = f"<small>updated in {self.outputs.elapsed_ms:.1f} ms</small>"
@@ -233,6 +239,7 @@ class Simulator:
         if quantity not in PREDICTABLE:
             raise KeyError(f"cannot predict {quantity!r}; choose one of {list(PREDICTABLE)}")
         self.guess = (quantity, float(value), self.inputs)
+        self.revealed_for = None
         self.feedback.value = (f"Recorded: {html.escape(quantity)} = {float(value):,.4g}. "
                                "Now press reveal.")
         self.update()
@@ -249,6 +256,7 @@ class Simulator:
         error = value - actual
         rel = error / actual if actual else math.inf
         self.guess = None
+        self.revealed_for = at
         self.feedback.value = (f"{html.escape(quantity)}: you said {value:,.4g}, the model says {actual:,.4g}; "
                                f"error {error:+,.4g} ({rel:+.0%}).")
         self.update()
