@@ -201,6 +201,7 @@ class Simulator:
         self.record_button.on_click(lambda _: self.record_guess(self.quantity.value, self.guess_box.value))
         self.reveal_button.on_click(lambda _: self.reveal())
         self._widget = None
+        self.plots = None  # stage5.simulator_plots.LivePlots, made by widget(): headless use needs no drawing
         self.update()
 
     # ---------------------------------------------------------------- state
@@ -223,11 +224,15 @@ class Simulator:
         return bool(self.hide.value) and self.revealed_for != self.inputs
 
     def update(self) -> SimOutputs:
+        t0 = time.perf_counter()
         self.outputs = simulate(self.inputs)
         hidden = self.hidden
         self.result.value = ("<p><i>Results hidden: reveal your prediction first.</i></p>" if hidden
                              else to_html(self.outputs, self.inputs))
-        self.timing.value = f"<small>updated in {self.outputs.elapsed_ms:.1f} ms</small>"
+        if self.plots is not None:
+            self.plots.update(self.inputs, self.outputs, hidden)
+        self.timing.value = (f"<small>updated in {1e3 * (time.perf_counter() - t0):.1f} ms (the model: "
+                             f"{self.outputs.elapsed_ms:.1f} ms)</small>")
         return self.outputs
 
     def _changed(self, _change: object) -> None:
@@ -267,6 +272,10 @@ class Simulator:
         import ipywidgets as w
 
         if self._widget is None:
+            from stage5.simulator_plots import LivePlots
+
+            self.plots = LivePlots()
+            self.update()
             c = self.controls
             left = w.VBox([c["model"], c["config_json"], c["gpu"], c["num_gpus"], c["weights"], c["kv"],
                            c["price_per_gpu_hour"]])
@@ -274,7 +283,7 @@ class Simulator:
                           c["objective"]])
             predict = w.VBox([w.HTML("<b>Commit to a prediction</b>"), self.quantity, self.guess_box,
                               w.HBox([self.record_button, self.reveal_button]), self.hide, self.feedback])
-            self._widget = w.VBox([w.HBox([left, mid]), predict, self.result, self.timing])
+            self._widget = w.VBox([w.HBox([left, mid]), predict, self.result, self.plots.widget, self.timing])
         return self._widget
 
 
