@@ -23,8 +23,6 @@ from stage5 import cost, levers
 from stage5.quantization import deployment
 from stage5.svg_chart import Panel, Scale, svg
 
-SPEC_K_WHEN_OFF = 4  # panel 4 when the learner's k is 0: show what k = 4 would do (labelled as such)
-
 
 @dataclass(frozen=True)
 class PlotData:
@@ -50,8 +48,7 @@ class PlotData:
     spec_k: int
     spec_alpha: float
     spec_speedup: np.ndarray
-    spec_crossing: float  # first batch where the speedup falls below 1; NaN if it never does on the axis
-    spec_is_default_k: bool  # the learner's k is 0, so the panel shows SPEC_K_WHEN_OFF
+    spec_crossing: float  # first batch where the speedup falls below 1; NaN if it never does (or k = 0)
 
 
 def _batch_axis(top: float) -> np.ndarray:
@@ -69,15 +66,16 @@ def plot_data(inputs, outputs) -> PlotData:
     wall = int(outputs.max_concurrency)
     batch = _batch_axis(1.5 * max(wall, c))
     tpot = np.asarray(cost.tpot_s(dep, batch, ctx), dtype=float)
-    k = int(x.k) if x.k > 0 else SPEC_K_WHEN_OFF
-    spec = np.asarray(cost.speculative_speedup(dep, batch, ctx, x.alpha, k), dtype=float)
+    k = int(x.k)  # k = 0: speculation off, nothing to draw (and no answer to a prediction given away)
+    spec = (np.asarray(cost.speculative_speedup(dep, batch, ctx, x.alpha, k), dtype=float) if k > 0
+            else np.full(batch.shape, np.nan))
     below = np.flatnonzero(spec < 1)
     return PlotData(
         gpu=dep.gpu.name, peak_tflops=dep.gpu.flops(dep.weight_bytes) / 1e12,
         bandwidth_tbs=dep.gpu.bandwidth / 1e12, ridge=outputs.ridge, intensity=outputs.intensity,
         batch=batch, tpot_ms=1e3 * tpot, tokens_per_s=batch / tpot, concurrency=c, kv_wall=wall,
         bars=lever_bars(dep, x, outputs), usd_as_set=outputs.usd_per_million, spec_k=k, spec_alpha=float(x.alpha), spec_speedup=spec,
-        spec_crossing=float(batch[below[0]]) if below.size else math.nan, spec_is_default_k=x.k == 0)
+        spec_crossing=float(batch[below[0]]) if below.size else math.nan)
 
 
 def lever_bars(dep: cost.Deployment, x, outputs) -> dict[str, tuple[float, float]]:
@@ -136,11 +134,14 @@ def figure_svg(d: PlotData) -> str:
         bill.bar(i, 0, pre, "C3")
         bill.bar(i, pre, dec, "C0")
     # 4. speculation against batch
-    k = f"k = {d.spec_k}" + (" (your k is 0)" if d.spec_is_default_k else "")
     where = f"below 1 from batch {d.spec_crossing:,.0f}" if not math.isnan(d.spec_crossing) else "never below 1"
-    spec = Panel(lefts[1], tops[1], pw, ph, bx, Scale(0, 1.1 * max(1.0, float(np.max(d.spec_speedup)))),
-                 title=f"speculation, α = {d.spec_alpha:.2f}, {k}: {where}", xlabel="batch (sequences)",
+    top = float(np.nanmax(d.spec_speedup)) if d.spec_k > 0 else 1.0
+    spec = Panel(lefts[1], tops[1], pw, ph, bx, Scale(0, 1.1 * max(1.0, top)),
+                 title=(f"speculation, α = {d.spec_alpha:.2f}, k = {d.spec_k}: {where}" if d.spec_k > 0
+                        else "speculation off (k = 0)"), xlabel="batch (sequences)",
                  ylabel="speedup over plain decode (×)")
+    if d.spec_k == 0:
+        spec.note("set k above 0 to draw the speedup", 0.5, 0.4, anchor="middle")
     spec.hline(1.0)
     spec.line(d.batch, d.spec_speedup, colour="C2")
     spec.vline(d.concurrency, colour="C3", dash="")

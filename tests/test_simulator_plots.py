@@ -34,8 +34,10 @@ def test_plot_data_agrees_with_the_simulator(inputs):
     if not math.isnan(d.spec_crossing):
         i = int(np.searchsorted(d.batch, d.spec_crossing))
         assert d.spec_speedup[i] < 1 and np.all(d.spec_speedup[:i] >= 1)
-    else:
+    elif inputs.k > 0:
         assert np.all(d.spec_speedup >= 1)
+    else:  # speculation off: nothing drawn, nothing to give away before a prediction
+        assert np.all(np.isnan(d.spec_speedup)) and "speculation off" in figure_svg(d)
 
 
 def test_svg_is_well_formed_and_titled():
