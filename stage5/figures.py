@@ -319,8 +319,9 @@ _fig("max_seqs_4k_fp8_w_kv", "sequences", "max concurrent 4,096-token sequences 
     lambda: int(cost.max_concurrency(_q("fp8", "fp8"), 4096)))
 for _mix, (_p, _o) in MIXES.items():
     for _case, _tag in (("weights", "w"), ("weights+kv", "wkv"), ("weights+kv+batch", "batch")):
+        _at = "each format at its largest batch" if _tag == "batch" else f"batch {QUANT_BATCH}"
         _fig(f"fp8_gain_{_tag}_{_mix}", "x",
-             f"end-to-end FP8 gain ({_case}), {_p:,}-token prompt, {_o:,}-token output, batch {QUANT_BATCH}")(
+             f"end-to-end FP8 gain ({_case}), {_p:,}-token prompt, {_o:,}-token output, {_at}")(
             lambda c=_case, p=_p, o=_o: _qgain(c, p, o))
 
 

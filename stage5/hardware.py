@@ -1,9 +1,11 @@
 """Accelerators: dense peak FLOP/s, memory bandwidth, memory and GPU-to-GPU links, each from its public datasheet.
 
 Units: FLOP/s and bytes/s are plain SI (1 TB/s = 1e12 bytes/s). Memory capacity is stored in bytes and
-counted in binary GiB, because DRAM stacks are built in powers of two and the "80GB" on an H100
-datasheet is 80 GiB of HBM3 (nvidia-smi shows 81,559 MiB). FLOP/s are the *dense* figures; datasheets
-headline the 2:4-sparsity rate, which is twice these.
+counted in binary GiB. The datasheet's memory figure is a marketing round number, neither exactly GB nor
+GiB: an H100 "80GB" reports 81,559 MiB in nvidia-smi, which is 79.6 GiB (85.5 GB). The registry stores the
+datasheet number as GiB (80 GiB for the H100), 0.4 GiB per GPU more than the driver shows, a simplification
+that flatters the KV budget by about half a percent. FLOP/s are the *dense* figures; datasheets headline the
+2:4-sparsity rate (two of every four weights zero), which is twice these.
 """
 
 from __future__ import annotations

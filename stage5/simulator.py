@@ -234,6 +234,7 @@ class Simulator:
         self.feedback = w.HTML()
         self.hide = w.Checkbox(value=False, description="hide results until I reveal")
         self.guess: tuple[str, float, SimInputs] | None = None
+        self.revealed_for: SimInputs | None = None  # the inputs of the last reveal: shown even when hiding
         self.outputs = simulate(x)
         for control in self.controls.values():
             control.observe(self._changed, names="value")
@@ -241,6 +242,7 @@ class Simulator:
         self.record_button.on_click(lambda _: self.record_guess(self.quantity.value, self.guess_box.value))
         self.reveal_button.on_click(lambda _: self.reveal())
         self._widget = None
+        self.plots = None  # stage5.simulator_plots.LivePlots, made by widget(): headless use needs no drawing
         self.update()
 
     # ---------------------------------------------------------------- state
@@ -257,12 +259,21 @@ class Simulator:
             self.controls[name].value = value
         return self.outputs
 
+    @property
+    def hidden(self) -> bool:
+        """With "hide" ticked, results stay hidden until a guess for these very inputs is revealed."""
+        return bool(self.hide.value) and self.revealed_for != self.inputs
+
     def update(self) -> SimOutputs:
+        t0 = time.perf_counter()
         self.outputs = simulate(self.inputs)
-        hidden = self.hide.value and self.guess is not None
+        hidden = self.hidden
         self.result.value = ("<p><i>Results hidden: reveal your prediction first.</i></p>" if hidden
                              else to_html(self.outputs, self.inputs))
-        self.timing.value = f"<small>updated in {self.outputs.elapsed_ms:.1f} ms</small>"
+        if self.plots is not None:
+            self.plots.update(self.inputs, self.outputs, hidden)
+        self.timing.value = (f"<small>updated in {1e3 * (time.perf_counter() - t0):.1f} ms (the model: "
+                             f"{self.outputs.elapsed_ms:.1f} ms)</small>")
         return self.outputs
 
     def _changed(self, _change: object) -> None:
@@ -274,6 +285,7 @@ class Simulator:
         if quantity not in PREDICTABLE:
             raise KeyError(f"cannot predict {quantity!r}; choose one of {list(PREDICTABLE)}")
         self.guess = (quantity, float(value), self.inputs)
+        self.revealed_for = None
         self.feedback.value = (f"Recorded: {html.escape(quantity)} = {float(value):,.4g}. "
                                "Now press reveal.")
         self.update()
@@ -290,6 +302,7 @@ class Simulator:
         error = value - actual
         rel = error / actual if actual else math.inf
         self.guess = None
+        self.revealed_for = at
         self.feedback.value = (f"{html.escape(quantity)}: you said {value:,.4g}, the model says {actual:,.4g}; "
                                f"error {error:+,.4g} ({rel:+.0%}).")
         self.update()
@@ -300,6 +313,10 @@ class Simulator:
         import ipywidgets as w
 
         if self._widget is None:
+            from stage5.simulator_plots import LivePlots
+
+            self.plots = LivePlots()
+            self.update()
             c = self.controls
             left = w.VBox([c["model"], c["config_json"], c["gpu"], c["num_gpus"], c["weights"], c["kv"],
                            c["price_per_gpu_hour"], c["mode"]])
@@ -307,5 +324,5 @@ class Simulator:
                           c["objective"]])
             predict = w.VBox([w.HTML("<b>Commit to a prediction</b>"), self.quantity, self.guess_box,
                               w.HBox([self.record_button, self.reveal_button]), self.hide, self.feedback])
-            self._widget = w.VBox([w.HBox([left, mid]), predict, self.result, self.timing])
+            self._widget = w.VBox([w.HBox([left, mid]), predict, self.result, self.plots.widget, self.timing])
         return self._widget

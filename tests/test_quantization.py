@@ -51,3 +51,34 @@ def test_infeasible_baseline_batch_is_nan_and_bad_inputs_raise():
 
 def test_fp8_kv_and_weights_raise_max_concurrency():
     assert figure("max_seqs_4k_fp8_w_kv") > 2 * figure("max_seqs_4k")
+
+
+def test_larger_batch_case_puts_each_format_at_its_own_ceiling():
+    """The third case must not compare FP8 at its ceiling with BF16 held below its own."""
+    p, o = np.array([256, 1024, 4096]), np.array([2048, 256, 256])
+    bf16, fp8 = deployment(*ARGS), deployment(*ARGS, "fp8", "fp8")
+    fair = (cost.request_gpu_seconds(bf16, p, o, cost.max_concurrency(bf16, p + o))
+            / cost.request_gpu_seconds(fp8, p, o, cost.max_concurrency(fp8, p + o)))
+    for b in (1, 16, 64):
+        assert end_to_end_gain(*ARGS, p, o, b, "fp8", "weights+kv+batch") == pytest.approx(fair)
+    held = cost.request_gpu_seconds(bf16, p, o, 16) / cost.request_gpu_seconds(fp8, p, o, cost.max_concurrency(fp8, p + o))
+    assert np.all(held > fair)  # what the old comparison reported
+
+
+def test_ridge_moves_only_for_formats_with_a_low_precision_matmul():
+    h100 = "H100-SXM"
+    assert cost.ridge_point(gpu_for(h100, "fp8"), 1.0) == pytest.approx(2 * cost.ridge_point(gpu_for(h100, "bf16")))
+    for weight_only in ("w8a16", "int4"):
+        fmt = weight_format(weight_only)
+        assert cost.ridge_point(gpu_for(h100, weight_only), fmt.bytes) == cost.ridge_point(gpu_for(h100, "bf16"))
+
+
+def test_fixed_step_overhead_hook_keeps_fp8_below_two():
+    """The floor model halves every term it has under W8A8 FP8 with an FP8 cache (exactly 2x); a per-step
+    cost that no format shrinks must pull the gain below 2x, further the larger it is."""
+    p, o, b = np.array([256, 1024, 4096]), np.array([2048, 256, 256]), 64
+    assert end_to_end_gain(*ARGS, p, o, b, "fp8", "weights+kv") == pytest.approx(2.0)
+    small, large = (end_to_end_gain(*ARGS, p, o, b, "fp8", "weights+kv", fixed_s_per_step=s) for s in (1e-3, 5e-3))
+    assert np.all(large < small) and np.all(small < 2)
+    with pytest.raises(ValueError):
+        end_to_end_gain(*ARGS, p, o, b, fixed_s_per_step=-1.0)

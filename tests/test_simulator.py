@@ -73,3 +73,23 @@ def test_pasted_config():
     out = simulate(SimInputs(model=PASTED, config_json=json.dumps(cfg), num_gpus=1))
     ref = simulate(SimInputs(model="llama3-8b", num_gpus=1))
     assert out.ok and out.tpot_ms == pytest.approx(ref.tpot_ms)
+
+
+def test_hide_hides_results_before_any_guess():
+    """Ticking "hide" must hide the numbers at once, not only after a guess is recorded (chapter 10 tells
+    learners to tick it first); a reveal shows them for the inputs guessed, and a new setting hides them again."""
+    sim = Simulator()
+    shown = sim.result.value
+    assert "TPOT" in shown
+    sim.hide.value = True
+    assert "TPOT" not in sim.result.value and "hidden" in sim.result.value
+    sim.set(concurrency=8)  # changing the inputs before guessing must not show them either
+    assert "TPOT" not in sim.result.value
+    sim.record_guess("TPOT (ms)", 10.0)
+    assert "TPOT" not in sim.result.value
+    sim.reveal()
+    assert "TPOT" in sim.result.value
+    sim.set(concurrency=16)  # a new deployment: a new prediction to make
+    assert "TPOT" not in sim.result.value
+    sim.hide.value = False
+    assert "TPOT" in sim.result.value

@@ -1,0 +1,72 @@
+"""The simulator's four live plots: the numbers they draw agree with the simulator, and the widget follows it."""
+
+import math
+import xml.etree.ElementTree as ET
+
+import numpy as np
+import pytest
+
+from stage5 import cost
+from stage5.simulator import SimInputs, Simulator, simulate
+from stage5.simulator_plots import figure_svg, plot_data
+from stage5.svg_chart import Scale
+
+
+@pytest.mark.parametrize("inputs", [SimInputs(), SimInputs(concurrency=8, k=4, prefix_hit=0.5),
+                                    SimInputs(weights="fp8", kv="fp8", concurrency=300, k=6, alpha=0.9),
+                                    SimInputs(model="llama3-8b", gpu="L40S", num_gpus=1, concurrency=4)])
+def test_plot_data_agrees_with_the_simulator(inputs):
+    out = simulate(inputs)
+    d = plot_data(inputs, out)
+    assert d.kv_wall == out.max_concurrency and d.concurrency == inputs.concurrency
+    assert d.batch[-1] > d.kv_wall  # the wall is on the axis
+    # the roofline's corner is the simulator's ridge (so FP8 W8A8 moves it)
+    assert d.peak_tflops / d.bandwidth_tbs == pytest.approx(out.ridge)
+    # each lever's bar is the levers' baseline bill divided by that lever's gain (objective "cost")
+    as_set = sum(d.bars["no lever"])
+    assert d.usd_as_set == out.usd_per_million
+    if inputs.k == 0 and inputs.prefix_hit == 0:
+        assert as_set == pytest.approx(out.usd_per_million)
+    for label, lever in (("batching", "batching"), ("prefix cache", "prefix_caching"),
+                         ("FP8 w+KV", "quantization"), ("speculation", "speculative")):
+        assert sum(d.bars[label]) == pytest.approx(as_set / out.gains[lever], rel=1e-9)
+    # the speedup curve crosses 1 where the panel says
+    if not math.isnan(d.spec_crossing):
+        i = int(np.searchsorted(d.batch, d.spec_crossing))
+        assert d.spec_speedup[i] < 1 and np.all(d.spec_speedup[:i] >= 1)
+    elif inputs.k > 0:
+        assert np.all(d.spec_speedup >= 1)
+    else:  # speculation off: nothing drawn, nothing to give away before a prediction
+        assert np.all(np.isnan(d.spec_speedup)) and "speculation off" in figure_svg(d)
+
+
+def test_svg_is_well_formed_and_titled():
+    x = SimInputs(weights="fp8", kv="fp8")
+    out = simulate(x)
+    doc = figure_svg(plot_data(x, out))
+    root = ET.fromstring(doc)  # raises on malformed XML
+    titles = [t.text for t in root.iter("{http://www.w3.org/2000/svg}text") if t.get("font-weight") == "bold"]
+    assert len(titles) == 4
+    assert f"ridge {out.ridge:,.0f}" in titles[0] and f"{2 * cost.ridge_point(cost.get_gpu('H100-SXM')):,.0f}" in titles[0]
+
+
+def test_widget_plots_follow_controls_and_hide():
+    sim = Simulator()
+    sim.widget()
+    first = sim.plots.widget.value
+    assert first.startswith("<svg")
+    sim.set(concurrency=8)
+    assert sim.plots.widget.value.startswith("<svg") and sim.plots.widget.value != first
+    sim.hide.value = True
+    assert "<svg" not in sim.plots.widget.value and "hidden" in sim.plots.widget.value
+    sim.hide.value = False
+    sim.set(num_gpus=1)  # does not fit: no plot, the result says why
+    assert sim.plots.widget.value == "" and "Cannot run" in sim.result.value
+
+
+def test_scale_refuses_empty_or_nonpositive_log_ranges():
+    with pytest.raises(ValueError):
+        Scale(1.0, 1.0)
+    with pytest.raises(ValueError):
+        Scale(0.0, 10.0, log=True)
+    assert Scale(1, 1000, log=True).ticks() == [1, 10, 100, 1000]
