@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: book test lab clean grade figures lint
+.PHONY: book test lab clean grade figures lint sync dist
 
 $(PY):
 	@echo "==> creating virtual environment in $(VENV)"
@@ -12,7 +12,7 @@ $(PY):
 	$(PYTHON) -m venv $(VENV)
 
 # Reinstall only when the dependency lists change.
-$(STAMP): requirements.txt pyproject.toml | $(PY)
+$(STAMP): requirements.txt requirements-book.txt pyproject.toml | $(PY)
 	@echo "==> installing requirements (first run takes a few minutes)"
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -r requirements.txt
@@ -40,9 +40,25 @@ grade: $(STAMP)
 	@echo "==> autograding every $(ASSIGNMENT) submission in grader/inbox"
 	$(PY) grader/grade.py --assignment $(ASSIGNMENT)
 
+# After editing course.toml (repository, release, hub) or a notebook's first cell: regenerate the setup cells,
+# _config.yml's launch settings, the exercises page, the releases in exercises/ and the grading fixtures.
+ASSIGNMENTS := $(notdir $(wildcard solutions/*))
+sync: $(STAMP)
+	$(PY) scripts/sync_settings.py
+	@for a in $(ASSIGNMENTS); do $(PY) grader/grade.py release --assignment $$a || exit 1; done
+	@cd tests/submissions && for f in make_fixtures*.py; do ../../$(PY) $$f >/dev/null || exit 1; done
+	$(PY) scripts/sync_settings.py --check
+
+# The release's wheel and sdist in dist/ (RELEASING.md). The wheel is built from the sdist in a temporary folder,
+# so no build/ is left behind and nothing untracked slips in.
+dist: $(STAMP)
+	rm -rf dist
+	$(PY) -m build --no-isolation --outdir dist .
+	@ls dist
+
 lab: $(STAMP)
 	$(VENV)/bin/jupyter lab --allow-root
 
 clean:
-	rm -rf _build .pytest_cache .ruff_cache
+	rm -rf _build .pytest_cache .ruff_cache build dist
 	find . -name __pycache__ -not -path './.venv/*' -prune -exec rm -rf {} +

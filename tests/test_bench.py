@@ -19,7 +19,9 @@ ENGINES = {"contiguous_static", "contiguous_continuous", "paged_static", "paged_
 @pytest.mark.skipif(not checkpoint_path("target").exists(), reason="target checkpoint not trained")
 def test_bench_json_schema_and_orderings(capsys):
     assert main(["--requests", "10", "--seed", "3", "--blocks", "72", "--json"]) == 0
-    report = json.loads(capsys.readouterr().out)
+    captured = capsys.readouterr()
+    report = json.loads(captured.out)  # stdout holds only the JSON; progress and the estimate go to stderr
+    assert "[1/4] contiguous_static" in captured.err and "s left" in captured.err and "[4/4]" in captured.err
     assert set(report) == {"workload", "engines"}
     assert report["workload"]["n"] == 10 and report["workload"]["seed"] == 3
     assert set(report["engines"]) == ENGINES

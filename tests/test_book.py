@@ -22,10 +22,13 @@ import pytest
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "scripts"))
+import sync_settings  # noqa: E402  (the generator of the setup cells and launch settings)
+
 BOOK = ROOT / "book"
 # Every numbered chapter notebook in book/ gets the checks below, so a new chapter cannot skip them.
 CHAPTERS = sorted(p.stem for p in BOOK.glob("[0-9][0-9]_*.ipynb"))
-PAGES = ["intro", *CHAPTERS, "glossary", "errata", "references"]
+PAGES = ["intro", *CHAPTERS, "exercises", "glossary", "errata", "references"]
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                   "--disable-background-networking", "--disable-component-update", "--disable-sync"]
@@ -96,8 +99,10 @@ def test_first_code_cell_installs_stage5_from_the_configured_repository(name):
     code = [c for c in _notebook(name)["cells"] if c["cell_type"] == "code"]
     first = "".join(code[0]["source"])
     assert 'find_spec("stage5") is None' in first, "the setup cell must install stage5 only when missing"
-    assert f'REPO = "{_config()["repository"]["url"]}"' in first, (
-        "the setup cell's repository URL must equal repository.url in _config.yml")
+    settings = sync_settings.load()
+    assert first.startswith(sync_settings.setup_block(settings)), "the setup cell is not the generated one"
+    assert settings.wheel_url.startswith(_config()["repository"]["url"] + "/releases/download/"), (
+        "the setup cell's release must come from repository.url in _config.yml")
 
 
 @pytest.mark.parametrize("name", CHAPTERS)
@@ -149,11 +154,53 @@ def test_bibliography_has_the_required_papers():
 
 def test_launch_buttons_come_from_one_repository_url():
     cfg = _config()
-    assert cfg["repository"]["url"].startswith("https://github.com/")
+    settings = sync_settings.load()
+    assert cfg["repository"]["url"] == settings.repo_url and settings.repo_url.startswith("https://github.com/")
     buttons = cfg["launch_buttons"]
-    for key in ("colab_url", "binderhub_url", "jupyterhub_url"):
+    for key in ("colab_url", "binderhub_url"):
         assert buttons.get(key), key
+    # the JupyterHub button is course.toml's hub, or off (empty) until a course sets one: never a placeholder
+    assert buttons["jupyterhub_url"] == settings.jupyterhub_url
     assert cfg["execute"]["execute_notebooks"] == "cache" and cfg["execute"]["timeout"] > 0
+
+
+def test_thebe_is_not_loaded():
+    """Live code is off: sphinx_thebe is dropped from Jupyter Book's own extension list (nothing else), since it
+    declares THEBE_JS_URL twice on every page. The list must follow Jupyter Book's defaults when they change."""
+    from jupyter_book.config import get_default_sphinx_config
+
+    cfg = _config()
+    extensions = cfg["sphinx"]["config"]["extensions"]
+    expected = [e for e in get_default_sphinx_config()["extensions"] if e != "sphinx_thebe"]
+    assert extensions == [*expected, "sphinxcontrib.bibtex"]
+    assert not cfg["launch_buttons"].get("thebe")
+
+
+def test_thebe_script_absent_and_cdn_use_said_on_every_page(built_book):
+    html, _ = built_book
+    hosts = set()
+    for page in PAGES:
+        text = (html / "book" / f"{page}.html").read_text()
+        assert "THEBE_JS_URL" not in text, page
+        assert "load from public CDNs" in text, f"{page} does not say that scripts load from CDNs"
+        hosts |= set(re.findall(r'<script[^>]+src="https://([^/"]+)/', text))
+    footer = _config()["html"]["extra_footer"]
+    assert hosts and all(host in footer for host in hosts), f"CDN hosts the pages load from: {sorted(hosts)}"
+
+
+def test_exercises_page_links_the_released_notebooks(built_book):
+    html, _ = built_book
+    settings = sync_settings.load()
+    page = (html / "book" / "exercises.html").read_text()
+    hrefs = re.findall(r'href="([^"]+)"', page)
+    assert not [h for h in hrefs if "solutions" in h], "the exercises page links a solution"
+    for name in sync_settings.ASSIGNMENTS:
+        path = f"exercises/{name}/{name}.ipynb"
+        assert settings.colab_url(path) in hrefs and settings.binder_url(path).replace("&", "&amp;") in page
+        download = [h for h in hrefs if h.startswith("../_downloads/") and h.endswith(f"/{name}.ipynb")]
+        assert len(download) == 1, f"no download link for {name}"
+        served = (html / "book" / download[0]).resolve()
+        assert served.read_bytes() == (ROOT / path).read_bytes(), f"{name}: the download is not the release"
 
 
 def test_no_passage_repeats_the_source_text():
@@ -177,6 +224,19 @@ def _chromium_or_skip():
     return sync_playwright
 
 
+def _empty_response(route, stubbed: set[str]) -> None:
+    stubbed.add(route.request.url)
+    css = route.request.url.split("?")[0].endswith(".css")
+    route.fulfill(status=200, body="", content_type="text/css" if css else "application/javascript")
+
+
+def _refused_stand_in(text: str, stubbed: set[str]) -> bool:
+    """The one console error this harness causes itself: Chromium's subresource-integrity check refusing the
+    empty stand-in for a CDN script that carries an integrity hash (require.js). It names the stubbed URL;
+    every other console error is the page's own and fails the test."""
+    return "'integrity' attribute" in text and any(f"'{url}'" in text for url in stubbed)
+
+
 class _Quiet(http.server.SimpleHTTPRequestHandler):
     def log_message(self, *args):
         pass
@@ -196,8 +256,11 @@ def browser_report(built_book, tmp_path_factory):
         with sync_playwright() as p:
             ctx = p.chromium.launch_persistent_context(
                 str(profile), executable_path=str(CHROMIUM), args=CHROMIUM_FLAGS, headless=True)
-            # Only the local server is reachable: CDN requests (MathJax, require.js) are refused up front.
-            ctx.route(re.compile(r"^(?!http://127\.0\.0\.1).*"), lambda route: route.abort())
+            # Only the local server is reachable. CDN requests (MathJax, require.js, the widgets embed script) get
+            # an empty file, as if the CDN answered, so a blocked CDN is not reported as the page's own error.
+            stubbed: set[str] = set()
+            ctx.route(re.compile(r"^(?!http://127\.0\.0\.1).*"),
+                      lambda route: _empty_response(route, stubbed))
             for page_name in PAGES:
                 page = ctx.new_page()
                 bad, errors = [], []
@@ -205,7 +268,9 @@ def browser_report(built_book, tmp_path_factory):
                         if r.url.startswith(base) and r.status >= 400 else None)
                 page.on("requestfailed", lambda r, bad=bad: bad.append(f"failed {r.url}")
                         if r.url.startswith(base) else None)
-                page.on("pageerror", lambda e, errors=errors: errors.append(str(e)))
+                page.on("pageerror", lambda e, errors=errors: errors.append(f"uncaught: {e}"))
+                page.on("console", lambda m, errors=errors: errors.append(f"console.{m.type}: {m.text}")
+                        if m.type == "error" and not _refused_stand_in(m.text, stubbed) else None)
                 page.goto(f"{base}/book/{page_name}.html", wait_until="load")
                 images = page.eval_on_selector_all(
                     "img", "els => els.map(e => [e.getAttribute('src'), e.complete && e.naturalWidth > 0])")
@@ -217,7 +282,7 @@ def browser_report(built_book, tmp_path_factory):
                 report[page_name] = {
                     "bad_requests": bad, "images": images, "colab": colab, "error_outputs": outputs,
                     "text": page.inner_text("main") if page.query_selector("main") else page.inner_text("body"),
-                    "page_errors": [e for e in errors if "THEBE_JS_URL" not in e],
+                    "page_errors": errors,  # every uncaught exception and console error, none filtered
                 }
                 page.close()
             ctx.close()

@@ -10,3 +10,10 @@
 * ``checkpoints.py`` - ``load_target()`` / ``load_draft()``, the trained byte-level models;
 * ``bench.py``       - ``python -m stage5 bench`` (``bench_prefix.py``, ``bench_spec.py``: ``bench prefix|spec``).
 """
+
+try:
+    import torch  # noqa: F401  (every module here needs it; fail once, clearly, rather than deep in an import)
+except ImportError as err:  # torch is the optional `engine` extra; the cost model and simulator work without it
+    raise ImportError("stage5.engine needs torch, which is not installed. Install PyTorch's CPU build with "
+                      "`pip install torch --index-url https://download.pytorch.org/whl/cpu` (or "
+                      "`pip install 'stage5[engine]'` where torch's default build is the one you want).") from err

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import json
 import sys
+import time
+from collections.abc import Callable
 
 import torch
 
@@ -27,13 +29,28 @@ DEFAULT_BLOCK_SIZE = 16
 DEFAULT_MAX_BATCH = 64
 
 
-def run_all(model, cfg, requests, num_blocks: int, block_size: int, max_batch: int) -> dict[str, RunResult]:
-    """Serve ``requests`` through each combination; check they all produce the same tokens."""
+def progress_to_stderr(done: int, total: int, name: str, result: RunResult, elapsed_s: float) -> None:
+    """One line per finished engine on stderr (stdout stays the table or the JSON), with the time left
+    estimated from the engines run so far (the first, contiguous+static, is the slowest, so it errs long)."""
+    left = elapsed_s / done * (total - done)
+    tail = f"; about {left:.0f} s left (estimated from the engines so far)" if done < total else "; done"
+    print(f"[{done}/{total}] {name}: {result.metrics()['steps']} steps in {result.wall_s:.1f} s{tail}",
+          file=sys.stderr, flush=True)
+
+
+def run_all(model, cfg, requests, num_blocks: int, block_size: int, max_batch: int,
+            progress: Callable[[int, int, str, RunResult, float], None] | None = None) -> dict[str, RunResult]:
+    """Serve ``requests`` through each combination; check they all produce the same tokens. ``progress`` is
+    called after each engine with (engines done, engines in all, name, its result, seconds so far)."""
     results = {}
-    for allocator, scheduler in COMBINATIONS:
+    start = time.perf_counter()
+    for i, (allocator, scheduler) in enumerate(COMBINATIONS, 1):
         engine = Engine(model, cfg, allocator=allocator, scheduler=scheduler, num_blocks=num_blocks,
                         block_size=block_size, max_batch=max_batch)
-        results[f"{allocator}_{scheduler}"] = engine.run(requests)
+        name = f"{allocator}_{scheduler}"
+        results[name] = engine.run(requests)
+        if progress is not None:
+            progress(i, len(COMBINATIONS), name, results[name], time.perf_counter() - start)
     first = next(iter(results.values())).outputs
     for name, result in results.items():
         if result.outputs != first:  # greedy, same model: only batching differs, so outputs should agree
@@ -102,7 +119,10 @@ def main(argv: list[str] | None = None) -> int:
                      f"{-(-longest // args.block_size)} blocks of {args.block_size}")
     warmup = Request(id=0, prompt=requests[0].prompt[:16], max_tokens=8)
     Engine(model, cfg, num_blocks=2, block_size=16).run([warmup])  # let torch settle before anything is timed
-    results = run_all(model, cfg, requests, args.blocks, args.block_size, args.max_batch)
+    print(f"serving {args.requests} requests through {len(COMBINATIONS)} engines; progress follows here, on "
+          "stderr", file=sys.stderr, flush=True)
+    results = run_all(model, cfg, requests, args.blocks, args.block_size, args.max_batch,
+                      progress=progress_to_stderr)
     slots = args.blocks * args.block_size
     workload = {**WorkloadSpec(n=args.requests, seed=args.seed).describe(), "model": cfg.name,
                 "num_blocks": args.blocks, "block_size": args.block_size, "kv_slots": slots,

@@ -1,0 +1,282 @@
+"""Write every file that names the course's repository, release or hub from ``course.toml``.
+
+    python scripts/sync_settings.py          # rewrite what is out of date, list what changed
+    python scripts/sync_settings.py --check  # change nothing; exit 1 and list what is out of date
+
+It owns the setup block at the top of the first code cell of every notebook in ``book/`` and ``solutions/``
+(the rest of that cell is left alone), ``repository.url`` and ``launch_buttons.jupyterhub_url`` in
+``_config.yml``, ``__version__`` in ``stage5/__init__.py`` and the page ``book/exercises.md``. The released
+notebooks in ``exercises/`` get their setup block from ``solutions/`` through nbgrader
+(``grader/grade.py release``), so ``--check`` compares them but never writes them: ``make sync`` runs both.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+import textwrap
+from dataclasses import dataclass
+from pathlib import Path
+
+import tomllib
+
+ROOT = Path(__file__).resolve().parents[1]
+SETTINGS = ROOT / "course.toml"
+ASSIGNMENTS = ("ex01", "ex02", "ex03", "clearing")  # in the order the book lists them
+COLAB = "https://colab.research.google.com"
+BINDER = "https://mybinder.org"
+TORCH_CPU_INDEX = "https://download.pytorch.org/whl/cpu"  # PyTorch's own index of CPU-only builds
+END = "# ---- end of the generated setup ----"
+END_ENGINE = "# ---- end of the generated engine setup ----"
+# A notebook that touches the toy engine (or times torch) needs torch; the cost-model ones must not.
+NEEDS_TORCH = re.compile(r"\btorch\b|stage5\.(engine|exercise_support|calibrate)\b")
+# The generated blocks, whatever release or address they were generated for (so a change of either is found),
+# and the hand-written setup every notebook had before this script existed (so an old copy is replaced).
+GENERATED = re.compile(rf"\A# Setup, generated .*?{re.escape(END)}\n*(# The toy engine .*?{re.escape(END_ENGINE)}\n*)?",
+                       re.S)
+LEGACY = re.compile(r'\A# Setup\. .*?find_spec\("stage5"\) is None:\n[^\n]*\n\n*', re.S)
+
+
+@dataclass(frozen=True)
+class Settings:
+    """What course.toml sets: where the repository lives, which release learners install, which hub."""
+
+    repo_url: str
+    branch: str
+    version: str
+    jupyterhub_url: str
+
+    @property
+    def owner_repo(self) -> str:
+        return self.repo_url.removeprefix("https://github.com/")
+
+    @property
+    def tag(self) -> str:
+        return f"v{self.version}"
+
+    @property
+    def wheel_name(self) -> str:
+        return f"stage5-{self.version}-py3-none-any.whl"
+
+    @property
+    def wheel_url(self) -> str:
+        return f"{self.repo_url}/releases/download/{self.tag}/{self.wheel_name}"
+
+    def colab_url(self, path: str) -> str:
+        return f"{COLAB}/github/{self.owner_repo}/blob/{self.tag}/{path}"
+
+    def binder_url(self, path: str) -> str:
+        return f"{BINDER}/v2/gh/{self.owner_repo}/{self.tag}?urlpath=lab/tree/{path}"
+
+
+def load(path: Path = SETTINGS) -> Settings:
+    """Read and check course.toml; a bad value is named with what is accepted."""
+    data = tomllib.loads(path.read_text())
+    s = Settings(repo_url=data["repository"]["url"].rstrip("/"), branch=data["repository"]["branch"],
+                 version=data["release"]["version"], jupyterhub_url=data["launch"]["jupyterhub_url"].rstrip("/"))
+    if not re.fullmatch(r"https://github\.com/[\w.-]+/[\w.-]+", s.repo_url):
+        raise ValueError(f"{path.name}: repository.url {s.repo_url!r} is not https://github.com/OWNER/REPO "
+                         "(Colab and Binder open notebooks from GitHub only)")
+    if not re.fullmatch(r"\d+\.\d+\.\d+", s.version):
+        raise ValueError(f"{path.name}: release.version {s.version!r} is not MAJOR.MINOR.PATCH, e.g. 0.2.0")
+    if s.jupyterhub_url and not s.jupyterhub_url.startswith("https://"):
+        raise ValueError(f"{path.name}: launch.jupyterhub_url {s.jupyterhub_url!r} is neither empty (no button) "
+                         "nor an https:// address")
+    return s
+
+
+# ------------------------------------------------------------------------------------------ setup cells
+def setup_block(s: Settings) -> str:
+    """The code every notebook starts with. It installs the pinned release only where stage5 is missing, and
+    on failure stops the notebook with one line (IPython prints ``_render_traceback_`` instead of a traceback;
+    an input transformer makes each later cell stop with the same line rather than a NameError)."""
+    return f'''# Setup, generated from course.toml by scripts/sync_settings.py: edit those, not this block.
+# Where the course package stage5 is installed (the book build, `make lab`, Binder) this only checks; elsewhere
+# (Colab, a bare Jupyter) it first installs release {s.version}. If that fails you get one line saying why.
+import importlib
+import importlib.util
+import subprocess
+import sys
+
+STAGE5_RELEASE = "{s.version}"
+STAGE5_WHEEL = "{s.wheel_url}"
+
+
+class Stage5SetupError(RuntimeError):
+    def _render_traceback_(self):  # IPython prints this one line instead of a traceback
+        return [f"Stage5SetupError: {{self}}"]
+
+
+def stage5_pip_install(what, *args):
+    """pip install quietly; on failure stop this notebook with one line that says why and what to do."""
+    done = subprocess.run([sys.executable, "-m", "pip", "install", "-q", *args], capture_output=True, text=True)
+    if done.returncode == 0:
+        importlib.invalidate_caches()
+        return
+    lines = [line.strip() for line in done.stderr.splitlines() if line.strip()] or ["pip failed"]
+    why = next((line for line in reversed(lines) if line.startswith("ERROR")), lines[-1])
+    error = Stage5SetupError(f"could not install {{what}} ({{why}}). Check that this runtime can reach the "
+                             "internet and that the release exists, then restart the kernel and run this cell again.")
+    try:
+        from IPython import get_ipython
+        shell = get_ipython()
+    except ImportError:  # plain Python: the exception alone stops the script
+        shell = None
+    if shell is not None:  # each later cell stops with the same line instead of failing on a missing name
+        shell.input_transformers_post.append(lambda _lines: [f"raise Stage5SetupError({{str(error)!r}})\\n"])
+    raise error
+
+
+if importlib.util.find_spec("stage5") is None:
+    stage5_pip_install(f"stage5 {{STAGE5_RELEASE}}", f"stage5 @ {{STAGE5_WHEEL}}")
+{END}'''
+
+
+def engine_block() -> str:
+    """Added after the setup block in notebooks that run torch: PyTorch's CPU build, never a CUDA download."""
+    return f'''# The toy engine needs torch (Colab has it). Elsewhere this installs PyTorch's CPU build: no CUDA download.
+if importlib.util.find_spec("torch") is None:
+    stage5_pip_install("torch (CPU build)", "torch>=2.2", "--index-url", "{TORCH_CPU_INDEX}")
+{END_ENGINE}'''
+
+
+def _code_cells(nb: dict) -> list[dict]:
+    return [c for c in nb["cells"] if c["cell_type"] == "code"]
+
+
+def needs_torch(nb: dict) -> bool:
+    return any(NEEDS_TORCH.search("".join(c["source"])) for c in _code_cells(nb))
+
+
+def split_setup(source: str) -> tuple[str, str]:
+    """(the generated or legacy setup at the top of a cell, the author's code after it)."""
+    m = GENERATED.match(source) or LEGACY.match(source)
+    return (m.group(0), source[m.end():]) if m else ("", source)
+
+
+def expected_head(s: Settings, torch: bool) -> str:
+    return "\n\n".join([setup_block(s), *([engine_block()] if torch else [])])
+
+
+def with_setup(nb: dict, s: Settings, torch: bool) -> dict:
+    """The notebook with its first code cell's setup replaced by the generated one (a new dict)."""
+    nb = json.loads(json.dumps(nb))
+    cell = _code_cells(nb)[0]
+    _, rest = split_setup("".join(cell["source"]))
+    text = expected_head(s, torch) + ("\n\n" + rest.lstrip("\n") if rest.strip() else "")
+    cell["source"] = text.splitlines(keepends=True)
+    return nb
+
+
+def first_cell_ok(nb: dict, s: Settings, torch: bool) -> bool:
+    head, _ = split_setup("".join(_code_cells(nb)[0]["source"]))
+    return head.rstrip("\n") == expected_head(s, torch)
+
+
+def dump_notebook(nb: dict) -> str:
+    return json.dumps(nb, indent=1, ensure_ascii=False) + "\n"  # nbformat's own layout, so diffs stay small
+
+
+# ------------------------------------------------------------------------------------------ other files
+def render_config(text: str, s: Settings) -> str:
+    """_config.yml with repository.url, repository.branch and launch_buttons.jupyterhub_url from course.toml."""
+    hub = f'"{s.jupyterhub_url}"' if s.jupyterhub_url else '""'
+    for key, value in (("url", s.repo_url), ("branch", s.branch), ("jupyterhub_url", hub)):
+        text, n = re.subn(rf"^(  {key}: )\S*", lambda m, v=value: m.group(1) + v, text, count=1, flags=re.M)
+        if n != 1:
+            raise ValueError(f"_config.yml has no '  {key}:' line to set")
+    return text
+
+
+def render_init(text: str, s: Settings) -> str:
+    text, n = re.subn(r'^__version__ = "[^"]*"', f'__version__ = "{s.version}"', text, count=1, flags=re.M)
+    if n != 1:
+        raise ValueError('stage5/__init__.py has no __version__ = "..." line to set')
+    return text
+
+
+def _title(nb: dict) -> str:
+    first = next(c for c in nb["cells"] if c["cell_type"] == "markdown")
+    return "".join(first["source"]).splitlines()[0].lstrip("# ").strip()
+
+
+def render_exercises_page(s: Settings) -> str:
+    """book/exercises.md: each released exercise (exercises/, never solutions/) with its three links."""
+    intro = (f"Each exercise is a notebook you work in Colab, in Binder or in your own Jupyter. Its first cell "
+             f"installs the course package `stage5` (release {s.version}) when it is missing. The visible tests "
+             "tell you whether you are on track; hidden tests grade the notebook you hand in. Colab and Binder "
+             f"open the notebook as tagged for release {s.version} (`{s.tag}`); the download is the same "
+             "notebook as it stands in this book.")
+    outro = ("Binder builds the course's environment (with PyTorch's CPU build) from the repository at that tag, "
+             "which takes a few minutes the first time. Colab keeps its own torch and widgets. Hand the notebook "
+             "in as your instructor asks.")
+    lines = ["# Exercises", "", "<!-- generated from course.toml by scripts/sync_settings.py: edit those, "
+             "not this page -->", "", textwrap.fill(intro, 110), ""]
+    for name in ASSIGNMENTS:
+        path = f"exercises/{name}/{name}.ipynb"
+        nb = json.loads((ROOT / path).read_text())
+        lines += [
+            f"## {_title(nb)}",
+            "",
+            f"[Open in Colab]({s.colab_url(path)}) ·",
+            f"[Open in Binder]({s.binder_url(path)}) ·",
+            f"{{download}}`Download {name}.ipynb <../{path}>`",
+            "",
+        ]
+    lines.append(textwrap.fill(outro, 110))
+    return "\n".join(lines) + "\n"
+
+
+# ------------------------------------------------------------------------------------------ the plan
+def notebook_paths() -> list[Path]:
+    return sorted([*ROOT.glob("book/*.ipynb"), *ROOT.glob("solutions/*/*.ipynb")])
+
+
+def planned(s: Settings) -> dict[Path, str]:
+    """Every file this script writes, with the content it should have."""
+    out: dict[Path, str] = {}
+    for path in notebook_paths():
+        nb = json.loads(path.read_text())
+        out[path] = dump_notebook(with_setup(nb, s, needs_torch(nb)))
+    out[ROOT / "_config.yml"] = render_config((ROOT / "_config.yml").read_text(), s)
+    out[ROOT / "stage5" / "__init__.py"] = render_init((ROOT / "stage5" / "__init__.py").read_text(), s)
+    out[ROOT / "book" / "exercises.md"] = render_exercises_page(s)
+    return out
+
+
+def stale_releases(s: Settings) -> list[Path]:
+    """Released notebooks whose setup differs from their solution's generated one (nbgrader copies it)."""
+    stale = []
+    for name in ASSIGNMENTS:
+        solution = json.loads((ROOT / "solutions" / name / f"{name}.ipynb").read_text())
+        release = ROOT / "exercises" / name / f"{name}.ipynb"
+        if not first_cell_ok(json.loads(release.read_text()), s, needs_torch(solution)):
+            stale.append(release)
+    return stale
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--check", action="store_true", help="change nothing; exit 1 if anything is out of date")
+    args = parser.parse_args(argv)
+    s = load()
+    changed = [p for p, text in planned(s).items() if not p.exists() or p.read_text() != text]
+    rel = [str(p.relative_to(ROOT)) for p in changed]
+    if args.check:
+        releases = [str(p.relative_to(ROOT)) for p in stale_releases(s)]
+        if rel or releases:
+            print("out of date with course.toml: " + ", ".join(rel + releases) + "\nrun `make sync` "
+                  "(scripts/sync_settings.py, then grader/grade.py release for each exercise)", file=sys.stderr)
+            return 1
+        return 0
+    for path, text in planned(s).items():
+        if path in changed:
+            path.write_text(text)
+    print("updated: " + (", ".join(rel) if rel else "nothing"))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
