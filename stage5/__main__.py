@@ -18,7 +18,9 @@ def main(argv: list[str] | None = None) -> int:
     sub.add_parser("model", help="parameters, weight bytes and KV bytes per token of a config.json", add_help=False)
     sub.add_parser("deploy", help="diagnose a deployment: TTFT, TPOT, bound, max concurrency, $/M tokens",
                    add_help=False)
-    sub.add_parser("bench", help="serve a seeded workload through the toy engines (bench [prefix|spec])",
+    sub.add_parser("bench", help="serve a seeded workload through the toy engines (bench [prefix|spec|roofline])",
+                   add_help=False)
+    sub.add_parser("calibrate", help="measure this CPU for the toy engine's step-time model (cached per machine)",
                    add_help=False)
     args, rest = parser.parse_known_args(argv)
     if args.command is None:
@@ -30,6 +32,8 @@ def main(argv: list[str] | None = None) -> int:
     elif args.command in ("model", "deploy"):
         from stage5.cli import deploy_main, model_main
         run = model_main if args.command == "model" else deploy_main
+    elif args.command == "calibrate":
+        from stage5.calibrate import main as run
     else:
         from stage5.engine.bench import main as run
     return run(rest)
