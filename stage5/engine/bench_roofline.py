@@ -12,6 +12,7 @@ import argparse
 import json
 import statistics
 import sys
+from dataclasses import dataclass
 
 from stage5.calibrate import Calibration
 from stage5.models import ModelConfig
@@ -71,6 +72,38 @@ def roofline_report(cal: Calibration, cfg: ModelConfig, measured_s: dict[int, fl
     }
     assert tuple(report) == KEYS
     return report
+
+
+@dataclass
+class RooflineMeasurement:
+    """What a chapter needs: the calibration, the toy's config, the benchmark report and the ideal roofline."""
+
+    cal: Calibration
+    cfg: ModelConfig
+    report: dict
+    ideal_ms: list[float]
+    context: dict[int, float]
+
+
+def measure_for_chapter(batches=(1, 2, 4, 8, 16, 32), rounds: int = 3, new_tokens: int = 5) -> RooflineMeasurement:
+    """The chapters' version of the benchmark: fewer batches, rounds and tokens, so it takes seconds."""
+    from stage5.calibrate import calibrate
+    from stage5.engine.roofline_toy import load_roofline_toy
+
+    model, cfg = load_roofline_toy()
+    cal = calibrate(cfg)
+    measure_decode_steps(model, cfg, batches=(1,), rounds=1, new_tokens=3)  # warm up before timing
+    measured, context = measure_decode_steps(model, cfg, batches, rounds, new_tokens=new_tokens)
+    return measurement_from(cal, cfg, measured, context)
+
+
+def measurement_from(cal: Calibration, cfg: ModelConfig, measured_s: dict[int, float],
+                     context: dict[int, float]) -> RooflineMeasurement:
+    """Everything a chapter prints, from measured step seconds per batch (pure: the tests feed it fakes)."""
+    from stage5.step_model import predict_step
+
+    ideal = [1e3 * float(predict_step(cal, cfg, b, context[b], ideal=True).time_s) for b in sorted(measured_s)]
+    return RooflineMeasurement(cal, cfg, roofline_report(cal, cfg, measured_s, context), ideal, context)
 
 
 def run(rounds: int = 5, batches=BATCHES, force_calibration: bool = False) -> dict:
