@@ -19,8 +19,14 @@ from stage5.engine.engine import Engine
 from stage5.engine.model import Transformer, fuse_projections, generate
 from stage5.engine.prefix import PrefixCachingAllocator
 from stage5.engine.roofline_spec import SetAcceptanceDrafter
-from stage5.engine.roofline_toy import (MIN_WEIGHT_BYTES, ROOFLINE_DRAFT, ROOFLINE_TOY, build, load_roofline_draft,
-                                        load_roofline_toy)
+from stage5.engine.roofline_toy import (
+    MIN_WEIGHT_BYTES,
+    ROOFLINE_DRAFT,
+    ROOFLINE_TOY,
+    build,
+    load_roofline_draft,
+    load_roofline_toy,
+)
 from stage5.engine.sequence import Request
 from stage5.engine.speculative import DraftModelDrafter, SpeculativeEngine
 from stage5.step_model import predict_run_s, predict_step, ridge_batch, speculative_speedup
