@@ -62,9 +62,11 @@ def agreement(ratios: Sequence[float], band: tuple[float, float] = (0.75, 1.33))
     if band[0] <= lo and hi <= band[1]:
         return f"within the band of 0.75 to 1.33 at every batch (predicted over measured: {span})"
     if hi < band[0]:
-        return f"too low at every batch (predicted over measured: {span}), so this machine is slower than its calibration"
+        return (f"too low at every batch (predicted over measured: {span}): the machine ran slower while it was "
+                "measured than while it was calibrated, or the model misses a cost")
     if lo > band[1]:
-        return f"too high at every batch (predicted over measured: {span}), so this machine ran faster than its calibration"
+        return (f"too high at every batch (predicted over measured: {span}): the machine ran faster while it was "
+                "measured than while it was calibrated, or the model misses a cost")
     return f"off at some batches (predicted over measured: {span})"
 
 
@@ -72,7 +74,8 @@ def bound_at_batch_one(memory_share: float, threshold: float = 0.7) -> str:
     """Whether the measured batch-1 step is memory-bound, from the weight-streaming term's share of it."""
     if memory_share >= threshold:
         return "memory-bound: streaming the weights is most of the step"
-    return "not clearly memory-bound here: fixed overhead and slow small-batch kernels take a large share"
+    return (f"not clearly memory-bound on this build: streaming the weights is under {threshold:.0%} of the "
+            "measured step")
 
 
 def describe_roofline(report: dict) -> dict[str, str]:
@@ -95,7 +98,15 @@ def describe_spec(batches: Sequence[int], measured: Sequence[float], predicted: 
         "predicted_crossing": crossing(batches, predicted),
         "small_batch": times(measured[0]),
         "large_batch": times(measured[-1]),
-        "verdict": ("speculation helps at small batch and hurts at large batch, as predicted"
-                    if measured[0] > 1 + NOISE and measured[-1] < 1 - NOISE else
-                    "this build did not show the full collapse: see the measured speedups above"),
+        "verdict": _spec_verdict(measured, predicted),
     }
+
+
+def _spec_verdict(measured: Sequence[float], predicted: Sequence[float]) -> str:
+    def collapses(values: Sequence[float]) -> bool:
+        return values[0] > 1 + NOISE and values[-1] < 1 - NOISE
+
+    if collapses(measured):
+        return ("speculation helped at small batch and hurt at large batch, as predicted" if collapses(predicted)
+                else "speculation helped at small batch and hurt at large batch, which the prediction did not foresee")
+    return "this build did not show the full collapse: the measured speedups above say where it stopped short"

@@ -18,7 +18,7 @@ ENGINES = {"contiguous_static", "contiguous_continuous", "paged_static", "paged_
 
 @pytest.mark.skipif(not checkpoint_path("target").exists(), reason="target checkpoint not trained")
 def test_bench_json_schema_and_orderings(capsys):
-    assert main(["--requests", "10", "--seed", "3", "--blocks", "72", "--json"]) == 0
+    assert main(["--requests", "10", "--seed", "3", "--blocks", "72", "--model", "target", "--json"]) == 0
     report = json.loads(capsys.readouterr().out)
     assert set(report) == {"workload", "engines"}
     assert report["workload"]["n"] == 10 and report["workload"]["seed"] == 3
