@@ -66,7 +66,7 @@ def this_machine() -> Hardware:
 # The step-time calibration: what `python -m stage5 calibrate` measures and every chapter reads from one cache.
 #
 # Predicted decode step = overhead + max(weight bytes / bandwidth, FLOPs / achieved rate) + attention, with
-#   bandwidth      a matrix-vector product over a weight far larger than any cache (the model's access pattern);
+#   bandwidth      matrix-vector products over the model's own matrices, repeated past any cache's size;
 #   achieved rate  float32 matmuls by matrices of the model's own shapes, streamed from memory as in a real
 #                  step, per number of token rows (small batches reach a fraction of the kernel's peak);
 #   overhead       a hollow run: the same op graph (layers, heads, engine) with tiny matrices.
@@ -74,7 +74,7 @@ def this_machine() -> Hardware:
 # chapter that calibrates with one thread count and runs with another measures two different machines.
 
 THREADS = 1
-CALIBRATION_VERSION = 1  # bump when what is measured changes, so stale caches are not reused
+CALIBRATION_VERSION = 2  # bump when what is measured changes, so stale caches are not reused
 ROWS = (1, 2, 4, 8, 16, 32, 64, 128, 256)  # token rows per matmul: batch x tokens per sequence
 STREAM_BYTES = 256 * 2**20  # far above any CPU's last-level cache (the largest desktop parts have ~100 MiB)
 
@@ -105,14 +105,21 @@ def _best_time(fn, min_s: float = 0.02, repeats: int = 5) -> float:
     return best
 
 
-def measure_stream_bandwidth(n_bytes: int = STREAM_BYTES, width: int = 4096) -> float:
-    """Bytes/s a float32 matrix-vector product streams: the access pattern of a batch-1 decode step."""
+def measure_stream_bandwidth(shapes: list[tuple[int, int]] | None = None, n_bytes: int = STREAM_BYTES) -> float:
+    """Bytes/s that float32 matrix-vector products stream: the access pattern of a batch-1 decode step.
+
+    ``shapes`` (out, in) are the matrices to multiply in turn, repeated until they hold at least ``n_bytes``
+    so that they cannot sit in any cache; by default one wide matrix of ``n_bytes``.
+    """
     import torch
     import torch.nn.functional as F
 
-    weight = torch.full((n_bytes // (4 * width), width), 1e-3)
-    x = torch.ones(1, width)
-    return weight.nbytes / _best_time(lambda: F.linear(x, weight), min_s=0.0, repeats=5)
+    shapes = shapes or [(n_bytes // (4 * 4096), 4096)]
+    size = sum(4 * n * k for n, k in shapes)
+    weights = [torch.full(shape, 1e-3) for _ in range(-(-n_bytes // size)) for shape in shapes]
+    inputs = {k: torch.ones(1, k) for k in {w.shape[1] for w in weights}}
+    total = sum(w.nbytes for w in weights)
+    return total / _best_time(lambda: [F.linear(inputs[w.shape[1]], w) for w in weights], min_s=0.0, repeats=5)
 
 
 def model_matrices(cfg) -> list[tuple[int, int]]:
@@ -241,7 +248,7 @@ def measure(cfg) -> Calibration:
     """Measure this machine for ``cfg`` (a few seconds, one thread). Does not read or write the cache."""
     use_course_threads()
     t0 = time.perf_counter()
-    bandwidth = measure_stream_bandwidth()
+    bandwidth = measure_stream_bandwidth(model_matrices(cfg))  # the model's own matrices, past any cache
     rates = measure_matmul_rates(cfg)
     step, per_seq = measure_overhead(cfg)
     return Calibration(machine=f"{platform.machine()}, {os.cpu_count()} cores", threads=THREADS,
