@@ -213,3 +213,20 @@ def test_comparison_words():
     assert compare(1.5) == "faster" and compare(0.5) == "slower" and compare(1.01) == "about as fast"
     assert times(2.0) == "2.0× faster" and times(0.5) == "2.0× slower"
     assert crossing([1, 2], [0.9, 0.8]) == "is below 1 already at batch 1"
+
+
+def test_cli_calibrate_and_bench_roofline_json(tmp_path, monkeypatch, capsys):
+    """`python -m stage5 calibrate` and `python -m stage5 bench roofline --json`, with the timing faked."""
+    from stage5.__main__ import main
+    from stage5.engine import bench_roofline
+
+    monkeypatch.setenv("STAGE5_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(cal_mod, "measure", lambda cfg: FAKE)
+    assert main(["calibrate", "--json"]) == 0
+    shown = json.loads(capsys.readouterr().out)
+    assert shown["bandwidth"] == FAKE.bandwidth and shown["cache_file"].startswith(str(tmp_path))
+    measured, context = _timings(1.25)
+    monkeypatch.setattr(bench_roofline, "measure_decode_steps", lambda *a, **k: (measured, context))
+    assert main(["bench", "roofline", "--rounds", "1", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert tuple(report) == KEYS and report["ratio"] == pytest.approx([1.25] * 6)
