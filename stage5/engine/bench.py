@@ -138,6 +138,12 @@ def main(argv: list[str] | None = None) -> int:
     for name in ("contiguous_continuous", "paged_static"):
         print(f"  {name} alone: {results[name].tokens_per_s / base.tokens_per_s:.1f}x tokens/s, "
               f"{results[name].tokens_per_step / base.tokens_per_step:.1f}x tokens/step")
+    from stage5.calibrate import calibrate
+    from stage5.step_model import predict_run_s
+
+    cal = calibrate(cfg)
+    print(f"  predicted from this machine's calibration: {predict_run_s(cal, cfg, base) / predict_run_s(cal, cfg, best):.1f}x "
+          "tokens/s for paged+continuous over contiguous+static")
     print("preemptions:", ", ".join(f"{n} {r.preemptions}" for n, r in results.items()))
     print("\ndecode step, predicted from this machine's calibration vs measured:")
     for name in ("contiguous_static", "paged_continuous"):
