@@ -5,8 +5,8 @@ The trained target (:mod:`stage5.engine.checkpoints`) is a few million parameter
 CPU's last-level cache, so its step time is mostly the fixed cost of dispatching a few hundred small ops, and
 "a decode step reads every weight" does not describe what limits it. This toy keeps the architecture and
 the :class:`~stage5.models.ModelConfig` type but makes its float32 weights several times a laptop's last-level
-cache (8-36 MiB on current desktop and laptop CPUs, e.g. Intel's Core i7-13700H datasheet: 24 MB "Intel Smart
-Cache"), so each decode step streams them from DRAM.
+cache (Intel's Core i7-13700H datasheet: 24 MB of "Intel Smart Cache") and larger than the biggest desktop
+one (AMD's Ryzen 9 7950X3D product page: 128 MB of L3), so each decode step streams them from DRAM.
 
 Its weights are random, drawn from a seed when the model is built, so nothing is stored in the repository.
 Random weights produce gibberish, which does not matter for timing: outputs, acceptance rates and
@@ -33,7 +33,7 @@ ROOFLINE_TOY = ModelConfig(name="roofline-toy", vocab_size=256, hidden_size=1536
 ROOFLINE_DRAFT = ModelConfig(name="roofline-draft", vocab_size=256, hidden_size=192, num_layers=2, num_heads=12,
                              num_kv_heads=4, head_dim=16, intermediate_size=384, tie_embeddings=True,
                              max_position_embeddings=1024)
-MIN_WEIGHT_BYTES = 128e6  # several times the largest last-level caches of laptop CPUs (see above)
+MIN_WEIGHT_BYTES = 128e6  # the issue's floor: several times a laptop's last-level cache (see above)
 DEFAULT_SEED = 0
 
 
