@@ -33,7 +33,7 @@ ROOFLINE_TOY = ModelConfig(name="roofline-toy", vocab_size=256, hidden_size=1536
 ROOFLINE_DRAFT = ModelConfig(name="roofline-draft", vocab_size=256, hidden_size=192, num_layers=2, num_heads=12,
                              num_kv_heads=4, head_dim=16, intermediate_size=384, tie_embeddings=True,
                              max_position_embeddings=1024)
-MIN_WEIGHT_BYTES = 128e6  # the floor: several times a laptop's last-level cache (see above)
+MIN_WEIGHT_BYTES = 128e6  # at least several times a laptop's last-level cache (see above)
 DEFAULT_SEED = 0
 
 
