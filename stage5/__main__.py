@@ -18,7 +18,9 @@ def main(argv: list[str] | None = None) -> int:
     sub.add_parser("model", help="parameters, weight bytes and KV bytes per token of a config.json", add_help=False)
     sub.add_parser("deploy", help="diagnose a deployment: TTFT, TPOT, bound, max concurrency, $/M tokens",
                    add_help=False)
-    sub.add_parser("bench", help="serve a seeded workload through the toy engines (bench [prefix|spec])",
+    sub.add_parser("bench", help="serve a seeded workload through the toy engines (bench [prefix|spec|roofline])",
+                   add_help=False)
+    sub.add_parser("calibrate", help="measure this CPU for the toy engine's step-time model (cached per machine)",
                    add_help=False)
     sub.add_parser("validate", help="the floor and the estimate against published serving measurements (--json)",
                    add_help=False)
@@ -29,7 +31,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.command is None:
         if rest:  # e.g. `python -m stage5 --bogus`: an option before any command
             print(f"error: python -m stage5: unknown option {' '.join(rest)!r}; accepted: a command "
-                  "(figures, model, deploy, bench, validate) or --help, --version", file=sys.stderr)
+                  "(figures, model, deploy, bench, calibrate, validate) or --help, --version", file=sys.stderr)
             return 2
         parser.print_help()
         return 0
@@ -41,6 +43,8 @@ def main(argv: list[str] | None = None) -> int:
         run = model_main if args.command == "model" else deploy_main
     elif args.command == "validate":
         from stage5.validate import main as run
+    elif args.command == "calibrate":
+        from stage5.calibrate import main as run
     else:
         from stage5.engine.bench import main as run
     try:

@@ -1,16 +1,22 @@
-"""Measure this machine, so the cost model can predict the toy engine on the computer that runs it.
+"""Measure this machine, so the course can predict the toy engine's step time on the computer that runs it.
 
-The toy engine runs float32 torch on the CPU, so the calibration measures exactly that: the bandwidth of a
-large array copy and the FLOP/s of a float32 matmul of the engine's size class. Both are best-of-N, so a
-busy neighbour makes them pessimistic, never optimistic. It takes a few seconds.
+:func:`calibrate` (``python -m stage5 calibrate``) measures, on one thread, the streaming bandwidth of a
+matrix-vector product, the achieved float32 matmul rate per number of token rows, and the fixed cost of an
+engine step from a hollow run. It takes seconds and is cached per machine in a small JSON file, so every
+chapter predicts from the same numbers; :mod:`stage5.step_model` turns them into a predicted step time.
+Timings are best-of-N, so a busy neighbour makes them pessimistic, never optimistic.
+
+``measure_bandwidth`` and ``measure_matmul_flops`` are the simpler probes (an array copy, a square matmul).
 """
 
 from __future__ import annotations
 
+import json
 import os
 import platform
 import time
-from functools import cache
+from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -51,21 +57,14 @@ def measure_matmul_flops(n: int = 512, seconds: float = 1.0) -> float:
     return best
 
 
-@cache
-def this_machine(seconds: float = 2.0) -> Hardware:
-    """A :class:`Hardware` entry for this CPU, measured (cached for the life of the process).
+def this_machine() -> Hardware:
+    """A :class:`Hardware` entry for this CPU at the course's thread count, from the cached calibration.
 
-    ``flops_bf16`` holds the measured float32 rate: it is the rate the toy engine's matmuls run at.
-    ``memory_bytes`` is the machine's RAM where the OS reports it.
+    ``flops_bf16`` holds the best float32 matmul rate measured (the toy engine's dtype), ``bandwidth`` the
+    streaming rate of a matrix-vector product over a weight larger than the cache. ``memory_bytes`` is the
+    machine's RAM where the OS reports it.
     """
-    bandwidth = measure_bandwidth()
-    flops = measure_matmul_flops(seconds=seconds)
-    try:
-        memory = float(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
-    except (ValueError, OSError, AttributeError):
-        memory = float(8 * 2**30)
-    name = f"this machine ({platform.machine()}, {os.cpu_count()} cores, measured)"
-    return Hardware(name, flops, None, bandwidth, memory, "measured by stage5.calibrate")
+    return calibrate().hardware()
 
 
 def toy_deployment(cfg: ModelConfig, machine: Hardware | None = None) -> Deployment:
@@ -74,3 +73,255 @@ def toy_deployment(cfg: ModelConfig, machine: Hardware | None = None) -> Deploym
     from stage5.cost import Deployment
 
     return Deployment(model=cfg, gpu=machine or this_machine(), weight_bytes=4, kv_bytes=4, mfu=1.0)
+
+
+# ------------------------------------------------------------------------------------------------------------
+# The step-time calibration: what `python -m stage5 calibrate` measures and every chapter reads from one cache.
+#
+# Predicted decode step = overhead + max(weight bytes / bandwidth, FLOPs / achieved rate) + attention, with
+#   bandwidth      matrix-vector products over the model's own matrices, repeated past any cache's size;
+#   achieved rate  float32 matmuls by matrices of the model's own shapes, streamed from memory as in a real
+#                  step, per number of token rows (small batches reach a fraction of the kernel's peak);
+#   overhead       a hollow run: the same op graph (layers, heads, engine) with tiny matrices.
+# All on one thread: on a shared or small machine, more threads than free cores make timings erratic, and a
+# chapter that calibrates with one thread count and runs with another measures two different machines.
+
+THREADS = 1
+CALIBRATION_VERSION = 2  # bump when what is measured changes, so stale caches are not reused
+ROWS = (1, 2, 4, 8, 16, 32, 64, 128, 256)  # token rows per matmul: batch x tokens per sequence
+# Above the last-level cache of any desktop or laptop CPU: the largest, AMD's Ryzen 9 7950X3D, has 128 MB of L3
+# (AMD product page). A few server parts hold more; there the toy's weights may partly stay in cache.
+STREAM_BYTES = 256 * 2**20
+
+
+def use_course_threads() -> None:
+    """Run torch on the course's thread count; every chapter and benchmark calls this before timing."""
+    import torch
+
+    torch.set_num_threads(THREADS)
+
+
+def _best_time(fn, min_s: float = 0.02, repeats: int = 5) -> float:
+    """Seconds per call of ``fn``: the best of ``repeats`` batches of calls lasting at least ``min_s`` each.
+
+    The best, not the mean: other work on the machine can only slow a batch down, never speed it up.
+    """
+    fn()
+    t0 = time.perf_counter()
+    fn()
+    one = max(time.perf_counter() - t0, 1e-7)
+    calls = max(1, int(min_s / one))
+    best = float("inf")
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        best = min(best, (time.perf_counter() - t0) / calls)
+    return best
+
+
+def measure_stream_bandwidth(shapes: list[tuple[int, int]] | None = None, n_bytes: int = STREAM_BYTES) -> float:
+    """Bytes/s that float32 matrix-vector products stream: the access pattern of a batch-1 decode step.
+
+    ``shapes`` (out, in) are the matrices to multiply in turn, repeated until they hold at least ``n_bytes``
+    so that they cannot sit in any cache; by default one wide matrix of ``n_bytes``.
+    """
+    import torch
+    import torch.nn.functional as F
+
+    shapes = shapes or [(n_bytes // (4 * 4096), 4096)]
+    size = sum(4 * n * k for n, k in shapes)
+    weights = [torch.full(shape, 1e-3) for _ in range(-(-n_bytes // size)) for shape in shapes]
+    inputs = {k: torch.ones(1, k) for k in {w.shape[1] for w in weights}}
+    total = sum(w.nbytes for w in weights)
+    return total / _best_time(lambda: [F.linear(inputs[w.shape[1]], w) for w in weights], min_s=0.0, repeats=5)
+
+
+def model_matrices(cfg) -> list[tuple[int, int]]:
+    """(out, in) of every matrix a decode step multiplies by, in the engine's fused layout, output head included."""
+    h, d = cfg.hidden_size, cfg.head_dim
+    layer = [((cfg.num_heads + 2 * cfg.num_kv_heads) * d, h), (h, cfg.num_heads * d),
+             (2 * cfg.intermediate_size, h), (h, cfg.intermediate_size)]
+    return layer * cfg.num_layers + [(cfg.vocab_size, h)]
+
+
+def measure_matmul_rates(cfg, rows: tuple[int, ...] = ROWS, repeats: int = 3) -> dict[int, float]:
+    """Achieved float32 FLOP/s per number of token rows, multiplying by matrices of exactly ``cfg``'s shapes.
+
+    All of the model's matrices are multiplied in turn, so (as in a real step) they stream from memory: at
+    one row this is a matrix-vector product at the bandwidth, at a few rows the matmul kernel runs far below
+    its peak (the kernel-efficiency gap the chapters name), at many rows it nears the peak. Row counts are
+    interleaved across ``repeats`` and the best time of each is kept.
+    """
+    import torch
+    import torch.nn.functional as F
+
+    weights = [torch.randn(n, k) * 0.02 for n, k in model_matrices(cfg)]
+    flops_per_row = sum(2 * w.shape[0] * w.shape[1] for w in weights)
+    best = {r: float("inf") for r in rows}
+    inputs = {r: {k: torch.randn(r, k) for k in {w.shape[1] for w in weights}} for r in rows}
+    for _ in range(repeats):
+        for r in rows:
+            xs = inputs[r]
+            t0 = time.perf_counter()
+            for w in weights:
+                F.linear(xs[w.shape[1]], w)
+            best[r] = min(best[r], time.perf_counter() - t0)
+    return {r: flops_per_row * r / best[r] for r in rows}
+
+
+def hollow_config(cfg):
+    """``cfg`` with every matrix shrunk to almost nothing and the op graph kept: same layers, heads, vocab."""
+    from dataclasses import replace
+
+    return replace(cfg, name=f"{cfg.name}-hollow", hidden_size=4 * cfg.num_heads, head_dim=4,
+                   intermediate_size=4 * cfg.num_heads)
+
+
+def measure_overhead(cfg, batches: tuple[int, int] = (1, 64), rounds: int = 5) -> tuple[float, float]:
+    """(seconds per step, seconds per sequence per step) of a decode step whose matrices cost nothing.
+
+    Serves ``batch`` short requests on a hollow copy of ``cfg`` through the paged, continuous engine and fits
+    the median decode step time as a + b * batch from two batch sizes, interleaved round by round.
+    """
+    from stage5.engine.engine import Engine
+    from stage5.engine.roofline_toy import build
+    from stage5.engine.sequence import Request
+
+    model = build(hollow_config(cfg))
+    times: dict[int, list[float]] = {b: [] for b in batches}
+    for _ in range(rounds):
+        for b in batches:
+            requests = [Request(i, (1 + i % 7, 2, 3, 4), 8) for i in range(b)]
+            result = Engine(model, model.cfg, num_blocks=b * 2 + 2, block_size=16, max_batch=b).run(requests)
+            times[b] += [s for s, (kind, _) in zip(result.step_s, result.trace, strict=True) if kind == "decode"]
+    lo, hi = (sorted(times[b])[len(times[b]) // 2] for b in batches)
+    per_seq = max(0.0, (hi - lo) / (batches[1] - batches[0]))
+    return max(0.0, lo - per_seq * batches[0]), per_seq
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """One machine's measured step-time constants, all at ``threads`` torch threads. Seconds and bytes/s."""
+
+    machine: str
+    threads: int
+    bandwidth: float  # bytes/s streamed by a matrix-vector product over a weight larger than the cache
+    rows: tuple[int, ...]  # token rows per matmul at which the rate was measured
+    rates: tuple[float, ...]  # achieved float32 FLOP/s at each of ``rows``
+    overhead_step_s: float  # fixed cost of one engine step (Python, op dispatch), whatever the batch
+    overhead_seq_s: float  # extra fixed cost per sequence in the step
+    model: str  # the config whose shapes and op graph were measured
+    seconds: float = 0.0  # how long calibrating took
+    version: int = CALIBRATION_VERSION
+
+    def rate(self, rows) -> np.ndarray:
+        """Achieved FLOP/s at ``rows`` token rows, interpolated in log-log between measured points."""
+        r = np.clip(np.asarray(rows, dtype=float), self.rows[0], self.rows[-1])
+        return np.exp(np.interp(np.log(r), np.log(self.rows), np.log(self.rates)))
+
+    @property
+    def peak_rate(self) -> float:
+        """The best rate measured: the flat roof of the ideal roofline."""
+        return max(self.rates)
+
+    def hardware(self) -> Hardware:
+        """This machine as a :class:`Hardware` entry for ``stage5.cost`` (``flops_bf16`` holds the float32 peak)."""
+        try:
+            memory = float(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+        except (ValueError, OSError, AttributeError):
+            memory = float(8 * 2**30)
+        return Hardware(f"this machine ({self.machine}, {self.threads} thread, measured)", self.peak_rate, None,
+                        self.bandwidth, memory, "measured by stage5.calibrate (python -m stage5 calibrate)")
+
+
+def machine_key(cfg) -> str:
+    """What the cache is keyed by: this host and CPU, torch's version, the thread count and the model's shapes."""
+    import hashlib
+
+    import torch
+
+    parts = [platform.node(), platform.machine(), platform.processor(), str(os.cpu_count()), torch.__version__,
+             str(THREADS), str(CALIBRATION_VERSION), cfg.name, str(cfg.hidden_size), str(cfg.intermediate_size),
+             str(cfg.num_layers), str(cfg.num_heads), str(cfg.num_kv_heads)]
+    return hashlib.sha1("|".join(parts).encode()).hexdigest()[:16]
+
+
+def cache_dir() -> Path:
+    """``$STAGE5_CACHE_DIR``, else ``$XDG_CACHE_HOME/stage5``, else ``~/.cache/stage5``."""
+    if os.environ.get("STAGE5_CACHE_DIR"):
+        return Path(os.environ["STAGE5_CACHE_DIR"])
+    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(base) / "stage5"
+
+
+def cache_path(cfg) -> Path:
+    return cache_dir() / f"calibration-{machine_key(cfg)}.json"
+
+
+def measure(cfg) -> Calibration:
+    """Measure this machine for ``cfg`` (a few seconds, one thread). Does not read or write the cache."""
+    use_course_threads()
+    t0 = time.perf_counter()
+    bandwidth = measure_stream_bandwidth(model_matrices(cfg))  # the model's own matrices, past any cache
+    rates = measure_matmul_rates(cfg)
+    step, per_seq = measure_overhead(cfg)
+    return Calibration(machine=f"{platform.machine()}, {os.cpu_count()} cores", threads=THREADS,
+                       bandwidth=bandwidth, rows=tuple(rates), rates=tuple(rates.values()), overhead_step_s=step,
+                       overhead_seq_s=per_seq, model=cfg.name, seconds=time.perf_counter() - t0)
+
+
+def calibrate(cfg=None, force: bool = False) -> Calibration:
+    """This machine's calibration for ``cfg`` (default: the roofline toy), from the cache if it is there.
+
+    The first call measures and writes a small JSON file under :func:`cache_dir`; later calls, in any
+    chapter or process on the same machine, read it back, so every chapter predicts from the same numbers.
+    ``force`` measures again and overwrites it.
+    """
+    if cfg is None:
+        from stage5.engine.roofline_toy import ROOFLINE_TOY as cfg
+    use_course_threads()
+    path = cache_path(cfg)
+    if not force and path.is_file():
+        try:
+            data = json.loads(path.read_text())
+            data["rows"], data["rates"] = tuple(data["rows"]), tuple(data["rates"])
+            cal = Calibration(**data)
+            if cal.version == CALIBRATION_VERSION:
+                return cal
+        except (ValueError, TypeError, KeyError):
+            pass  # a damaged or outdated cache file is measured again
+    cal = measure(cfg)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(f".{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(asdict(cal), indent=1))
+    tmp.replace(path)  # atomic: two chapters calibrating at once never read half a file
+    return cal
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m stage5 calibrate [--force] [--json]``."""
+    from stage5.inputs import OneLineParser
+
+    parser = OneLineParser(prog="python -m stage5 calibrate",
+                                     description="Measure this CPU (one thread) for the toy engine's step-time "
+                                                 "model; the result is cached per machine and read by every chapter.")
+    parser.add_argument("--force", action="store_true", help="measure again even if a cached result exists")
+    parser.add_argument("--json", action="store_true", help="print the calibration as JSON")
+    args = parser.parse_args(argv)
+    from stage5.engine.roofline_toy import ROOFLINE_TOY
+
+    cal = calibrate(ROOFLINE_TOY, force=args.force)
+    path = cache_path(ROOFLINE_TOY)
+    if args.json:
+        print(json.dumps({**asdict(cal), "cache_file": str(path)}, indent=1))
+        return 0
+    print(f"{cal.machine}, {cal.threads} thread, calibrated for {cal.model} in {cal.seconds:.1f} s")
+    print(f"  streaming bandwidth (matrix-vector product): {cal.bandwidth / 1e9:.1f} GB/s")
+    print("  achieved float32 matmul rate by token rows: "
+          + ", ".join(f"{r}: {f / 1e9:.0f}" for r, f in zip(cal.rows, cal.rates, strict=True)) + " GFLOP/s")
+    print(f"  fixed overhead: {cal.overhead_step_s * 1e3:.2f} ms per step + {cal.overhead_seq_s * 1e6:.0f} us "
+          "per sequence")
+    print(f"  cached in {path}")
+    return 0
+

@@ -225,22 +225,28 @@ def slot_timeline(trace: Sequence[tuple[str, tuple[int, ...]]], slots: int, step
 
 
 def measured_vs_predicted(batches: Sequence[int], measured_s: Sequence[float], predicted_s: Sequence[float],
-                          axes=None):
+                          axes=None, ideal_s: Sequence[float] | None = None, ridge: float | None = None):
     """TPOT and throughput against batch size on this machine: the engine's measured median decode step
-    against the roofline prediction for the same batch and context. Returns the two axes."""
+    against the prediction for the same batch and context. ``ideal_s`` adds the ideal roofline (the peak
+    matmul rate at every batch) and ``ridge`` marks this CPU's ridge, in sequences. Returns the two axes."""
     if axes is None:
         import matplotlib.pyplot as plt
         _, axes = plt.subplots(1, 2, figsize=(10, 3.6))
     b = np.asarray(batches, dtype=float)
     meas, pred = np.asarray(measured_s), np.asarray(predicted_s)
-    axes[0].plot(b, 1e3 * meas, "o-", color="C1", label="measured (median decode step)")
-    axes[0].plot(b, 1e3 * pred, "s--", color="C0", label="roofline prediction")
+    curves = [(meas, "o-", "C1", "measured (median decode step)"),
+              (pred, "s--", "C0", "predicted from the calibration" if ideal_s is not None else "roofline prediction")]
+    if ideal_s is not None:
+        curves.append((np.asarray(ideal_s), ":", "0.4", "ideal roofline (peak matmul rate at every batch)"))
+    for values, style, colour, label in curves:
+        axes[0].plot(b, 1e3 * values, style, color=colour, label=label)
+        axes[1].plot(b, b / values, style, color=colour, label=label)
     axes[0].set_ylabel("TPOT (ms per token)")
-    axes[1].plot(b, b / meas, "o-", color="C1", label="measured")
-    axes[1].plot(b, b / pred, "s--", color="C0", label="roofline prediction")
     axes[1].set_ylabel("throughput (tokens/s)")
     from matplotlib.ticker import FuncFormatter, NullFormatter
     for ax in axes:
+        if ridge is not None:
+            ax.axvline(ridge, color="C3", lw=1, ls="-.", label=f"this CPU's ridge (batch {ridge:.0f})")
         ax.set_xscale("log", base=2)
         ax.set_yscale("log")
         ax.set_xticks(b)
@@ -248,7 +254,7 @@ def measured_vs_predicted(batches: Sequence[int], measured_s: Sequence[float], p
         ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:,.3g}"))
         ax.yaxis.set_minor_formatter(NullFormatter())
         ax.set_xlabel("batch size (sequences)")
-        ax.legend(fontsize=8)
+    axes[1].legend(fontsize=7)
     return axes
 
 

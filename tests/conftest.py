@@ -22,3 +22,12 @@ def requests():
 def reference(model64, requests):
     """What each request produces alone through the reference generate(): the oracle."""
     return {r.id: generate(model64, list(r.prompt), r.output_len) for r in requests}
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _private_calibration_cache(tmp_path_factory):
+    """Tests that calibrate this machine do it into their own folder, never into the user's cache."""
+    patch = pytest.MonkeyPatch()
+    patch.setenv("STAGE5_CACHE_DIR", str(tmp_path_factory.mktemp("stage5-cache")))
+    yield
+    patch.undo()

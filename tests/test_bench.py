@@ -18,7 +18,7 @@ ENGINES = {"contiguous_static", "contiguous_continuous", "paged_static", "paged_
 
 @pytest.mark.skipif(not checkpoint_path("target").exists(), reason="target checkpoint not trained")
 def test_bench_json_schema_and_orderings(capsys):
-    assert main(["--requests", "10", "--seed", "3", "--blocks", "72", "--json"]) == 0
+    assert main(["--requests", "10", "--seed", "3", "--blocks", "72", "--model", "target", "--json"]) == 0
     captured = capsys.readouterr()
     report = json.loads(captured.out)  # stdout holds only the JSON; progress and the estimate go to stderr
     assert "[1/4] contiguous_static" in captured.err and "s left" in captured.err and "[4/4]" in captured.err

@@ -8,7 +8,11 @@
 * ``speculative.py`` - ``accept_or_resample``, ``SpeculativeEngine``, the draft-model and prompt-lookup drafters;
 * ``workload.py``    - ``make_workload(n, seed)``, seeded long-tailed traffic;
 * ``checkpoints.py`` - ``load_target()`` / ``load_draft()``, the trained byte-level models;
-* ``bench.py``       - ``python -m stage5 bench`` (``bench_prefix.py``, ``bench_spec.py``: ``bench prefix|spec``).
+* ``roofline_toy.py`` - ``load_roofline_toy()``: the same architecture with random weights of a few hundred MB,
+  sized so a decode step streams them from memory (what the chapters time and predict);
+* ``roofline_spec.py`` - speculative decoding on that toy at an acceptance rate the caller sets;
+* ``bench.py``       - ``python -m stage5 bench`` (``bench_prefix.py``, ``bench_spec.py``, ``bench_roofline.py``:
+  ``bench prefix|spec|roofline``).
 """
 
 try:

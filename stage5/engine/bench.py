@@ -4,8 +4,9 @@ The four engines are the product of two changes - contiguous vs paged K/V alloca
 scheduling - so the table shows what each change buys alone and together. Every column except the two
 timed ones (``tokens_per_s``, ``wall_s``) is deterministic for a given seed.
 
-Beside the measurements it prints the roofline prediction of one decode step on this machine
-(``stage5.cost.decode_step`` with the bandwidth and FLOP/s measured by ``stage5.calibrate``).
+It serves the roofline-sized toy by default (``--model target`` for the small trained model). Beside the
+measurements it prints the predicted decode step on this machine (:func:`stage5.step_model.predict_step` from
+the calibration cached by ``python -m stage5 calibrate``).
 """
 
 from __future__ import annotations
@@ -60,17 +61,20 @@ def run_all(model, cfg, requests, num_blocks: int, block_size: int, max_batch: i
 
 
 def predicted_decode(cfg, result: RunResult) -> dict[str, float]:
-    """Mean batch and context of the run's decode steps, the roofline time for that step, and the measured one."""
+    """Mean batch and context of the run's decode steps, the predicted time for that step, and the measured one.
+
+    The prediction is :func:`stage5.step_model.predict_step` from this machine's cached calibration for ``cfg``.
+    """
     decode = [i for i, (kind, _) in enumerate(result.trace) if kind == "decode"]
     if not decode:
         return {}
     batch = sum(len(result.trace[i][1]) for i in decode) / len(decode)
     context = sum(result.step_context[i] for i in decode) / len(decode) / batch
     measured = sorted(result.step_s[i] for i in decode)[len(decode) // 2]
-    from stage5.calibrate import toy_deployment
-    from stage5.cost import decode_step
+    from stage5.calibrate import calibrate
+    from stage5.step_model import predict_step
 
-    step = decode_step(toy_deployment(cfg), batch, context)
+    step = predict_step(calibrate(cfg), cfg, batch, context)
     return {"batch": batch, "context": context, "predicted_s": float(step.time_s),
             "memory_s": float(step.memory_s), "compute_s": float(step.compute_s), "measured_median_s": measured}
 
@@ -95,6 +99,10 @@ def main(argv: list[str] | None = None) -> int:
         from stage5.engine.bench_spec import main as spec_main
 
         return spec_main(argv[1:])
+    if argv and argv[0] == "roofline":
+        from stage5.engine.bench_roofline import main as roofline_main
+
+        return roofline_main(argv[1:])
     parser = OneLineParser(prog="python -m stage5 bench", description=__doc__.splitlines()[0])
     parser.add_argument("--requests", type=arg_int(), default=WorkloadSpec.n, help="number of requests")
     parser.add_argument("--seed", type=arg_int(0), default=0, help="workload seed (>= 0)")
@@ -104,13 +112,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threads", type=arg_int(), default=1,
                         help="torch CPU threads (default 1: on a shared machine, more threads than free cores "
                              "make small steps wildly slower and the timings meaningless)")
+    parser.add_argument("--model", choices=("roofline", "target"), default="roofline",
+                        help="roofline: the timing toy (random weights, memory-bound at batch 1); target: the "
+                             "small trained model (its weights fit in cache, so its steps are mostly overhead)")
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
 
-    from stage5.engine.checkpoints import load_target
+    if args.model == "roofline":
+        from stage5.engine.roofline_toy import load_roofline_toy as load
+    else:
+        from stage5.engine.checkpoints import load_target as load
 
-    model, cfg = load_target()
+    model, cfg = load()
     requests = make_workload(args.requests, args.seed)
     longest = max(r.max_len for r in requests)
     if args.blocks * args.block_size < longest:  # the engines would refuse it; say which flag to change
@@ -136,7 +150,7 @@ def main(argv: list[str] | None = None) -> int:
 
     print(f"{args.requests} requests (seed {args.seed}): {workload['prompt_tokens']} prompt tokens, "
           f"{workload['output_tokens']} output tokens, max_tokens cap {workload['max_tokens']}")
-    print(f"model {cfg.name} ({cfg.num_params:,} params, float32); K/V budget {slots} token slots = "
+    print(f"model {cfg.name} ({cfg.num_params:,} params, {cfg.weight_bytes(4) / 1e6:.0f} MB float32); K/V budget {slots} token slots = "
           f"{args.blocks} blocks x {args.block_size} = {workload['kv_bytes'] / 2**20:.1f} MiB, same for every engine\n")
     print(_table(results))
     base, best = results["contiguous_static"], results["paged_continuous"]
@@ -145,13 +159,19 @@ def main(argv: list[str] | None = None) -> int:
     for name in ("contiguous_continuous", "paged_static"):
         print(f"  {name} alone: {results[name].tokens_per_s / base.tokens_per_s:.1f}x tokens/s, "
               f"{results[name].tokens_per_step / base.tokens_per_step:.1f}x tokens/step")
+    from stage5.calibrate import calibrate
+    from stage5.step_model import predict_run_s
+
+    cal = calibrate(cfg)
+    print(f"  predicted from this machine's calibration: {predict_run_s(cal, cfg, base) / predict_run_s(cal, cfg, best):.1f}x "
+          "tokens/s for paged+continuous over contiguous+static")
     print("preemptions:", ", ".join(f"{n} {r.preemptions}" for n, r in results.items()))
-    print("\ndecode step, roofline prediction vs measurement on this machine:")
+    print("\ndecode step, predicted from this machine's calibration vs measured:")
     for name in ("contiguous_static", "paged_continuous"):
         p = predicted_decode(cfg, results[name])
         if p:
             print(f"  {name:<22} batch {p['batch']:5.1f}, context {p['context']:6.1f}: predicted "
-                  f"{p['predicted_s'] * 1e3:6.2f} ms (memory {p['memory_s'] * 1e3:.2f}, compute "
+                  f"{p['predicted_s'] * 1e3:6.2f} ms (weights {p['memory_s'] * 1e3:.2f}, matmuls "
                   f"{p['compute_s'] * 1e3:.2f}), measured median {p['measured_median_s'] * 1e3:6.2f} ms")
     return 0
 

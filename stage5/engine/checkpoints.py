@@ -14,7 +14,7 @@ from pathlib import Path
 
 import torch
 
-from stage5.engine.model import Transformer
+from stage5.engine.model import Transformer, fuse_projections
 from stage5.models import ModelConfig
 
 CHECKPOINT_DIR = Path(__file__).resolve().parent.parent / "checkpoints"
@@ -68,7 +68,7 @@ def _load(which: str, dtype: torch.dtype) -> tuple[Transformer, ModelConfig, dic
     blob = torch.load(path, map_location="cpu", weights_only=True)
     cfg = ModelConfig(**blob["config"])
     model = Transformer(cfg).to(dtype)
-    model.load_state_dict({k: v.to(dtype) for k, v in blob["state_dict"].items()})
+    model.load_state_dict({k: v.to(dtype) for k, v in fuse_projections(blob["state_dict"]).items()})
     model.eval()
     return model, cfg, blob["meta"]
 

@@ -60,6 +60,7 @@ class RunResult:
     prefill_tokens_skipped: int = 0  # tokens found in the prefix cache at admissions
     ttft_steps: dict[int, int] = field(default_factory=dict, repr=False)  # id -> step (1-based) of 1st token
     ttft_s: dict[int, float] = field(default_factory=dict, repr=False)  # id -> seconds from start to 1st token
+    step_tokens: list[int] = field(default_factory=list, repr=False)  # per step: tokens fed through the model
 
     @property
     def hit_rate(self) -> float:
@@ -208,6 +209,7 @@ class Engine:
         produced = peak = prefills = 0
         step_context: list[int] = []
         step_s: list[float] = []
+        step_tokens: list[int] = []
         t0 = time.perf_counter()
         while self.waiting or self.running:
             t_step = time.perf_counter()
@@ -216,6 +218,7 @@ class Engine:
             batch = list(self.running)
             if not batch:  # cannot happen while check_fits holds; fail loudly rather than spin
                 raise RuntimeError("scheduler made no progress: nothing admitted and nothing running")
+            step_tokens.append(sum(len(s.tokens) - s.num_cached for s in batch))
             next_tokens = self._forward(batch)
             step_s.append(time.perf_counter() - t_step)
             step_context.append(sum(len(s.tokens) for s in batch))
@@ -243,4 +246,4 @@ class Engine:
             step_context=step_context, step_s=step_s,
             logits=self.logits if self.record_logits else None, prefix_caching=self.prefix_caching,
             prefill_tokens_computed=self.prefill_computed, prefill_tokens_skipped=self.prefill_skipped,
-            ttft_steps=ttft_steps, ttft_s=ttft_s)
+            ttft_steps=ttft_steps, ttft_s=ttft_s, step_tokens=step_tokens)

@@ -21,6 +21,7 @@ from collections import deque
 
 import torch
 import torch.nn.functional as F
+from torch.nn.utils.rnn import pad_sequence
 
 from stage5.engine.sequence import Sequence
 from stage5.models import ModelConfig
@@ -156,51 +157,53 @@ class KVPool:
 
         The new tokens are the tail of the context. Sequences feeding one token (decodes) and sequences
         feeding several (prefills) are laid out as two separate padded groups, so a long prompt in the
-        same step does not pad every decode's single query up to the prompt's length.
+        same step does not pad every decode's single query up to the prompt's length. Everything here is
+        done once per step, so the per-layer work in :meth:`attend` is a fixed handful of tensor ops.
         """
         self.write = torch.cat(new_slots)
-        offsets = [0]
-        for s in new_slots:
-            offsets.append(offsets[-1] + len(s))
-        decodes = [i for i, s in enumerate(new_slots) if len(s) == 1]
-        prefills = [i for i, s in enumerate(new_slots) if len(s) > 1]
-        self.groups = [self._group([new_slots[i] for i in g], [context_slots[i] for i in g], [offsets[i] for i in g])
-                       for g in (decodes, prefills) if g]
+        n_new = torch.tensor([len(s) for s in new_slots])
+        offsets = torch.cumsum(n_new, 0) - n_new
+        single = n_new == 1
+        self.groups = [self._group([new_slots[i] for i in g], [context_slots[i] for i in g], n_new[g], offsets[g])
+                       for g in (single.nonzero().flatten().tolist(), (~single).nonzero().flatten().tolist()) if g]
+        # A step of decodes only, in flat order: the queries need no gathering and the output no scattering.
+        self.direct = (len(self.groups) == 1 and bool(single.all()))
 
-    def _group(self, new_slots, context_slots, offsets) -> tuple[torch.Tensor, ...]:
-        n_new = [len(s) for s in new_slots]
-        n_ctx = [len(s) for s in context_slots]
-        batch, q_max, k_max = len(n_new), max(n_new), max(n_ctx)
-        read = torch.zeros(batch, k_max, dtype=torch.long)
-        q_index = torch.zeros(batch, q_max, dtype=torch.long)
-        q_valid = torch.zeros(batch, q_max, dtype=torch.bool)
-        mask = torch.zeros(batch, 1, q_max, k_max, dtype=torch.bool)
-        for b, (new, ctx, offset) in enumerate(zip(n_new, n_ctx, offsets, strict=True)):
-            read[b, :ctx] = context_slots[b]
-            q_index[b, :new] = torch.arange(offset, offset + new)
-            q_valid[b, :new] = True
-            first = ctx - new  # position of this sequence's first new token
-            mask[b, 0, :new, :ctx] = torch.arange(ctx)[None, :] <= torch.arange(first, ctx)[:, None]
-        mask[:, 0, :, 0] |= ~q_valid  # padding rows attend to one key, so softmax stays finite
+    def _group(self, new_slots, context_slots, n_new: torch.Tensor, offsets: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        n_ctx = torch.tensor([len(s) for s in context_slots])
+        q_max = int(n_new.max())
+        read = pad_sequence(context_slots, batch_first=True)  # [batch, k_max]; padding reads slot 0, masked
+        i = torch.arange(q_max)
+        q_valid = i[None, :] < n_new[:, None]  # [batch, q_max]
+        q_index = torch.where(q_valid, offsets[:, None] + i[None, :], 0)
+        first = n_ctx - n_new  # position of each sequence's first new token
+        # query i (at position first + i) may see keys 0 .. first + i; padding rows see key 0 only, so that
+        # softmax stays finite
+        mask = torch.arange(read.shape[1])[None, None, :] <= (first[:, None] + i[None, :])[:, :, None]
+        mask &= q_valid[:, :, None]
+        mask[:, :, 0] |= ~q_valid
         # one copy of the mask per query head sharing a KV head (see the folding in attend)
-        return read, q_index, q_valid, mask.repeat(1, 1, self.cfg.num_heads // self.cfg.num_kv_heads, 1)
+        group = self.cfg.num_heads // self.cfg.num_kv_heads
+        return read, q_index, q_valid, mask[:, None].repeat(1, 1, group, 1)
 
     def attend(self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-        store = self.data[layer]
-        store[0, self.write] = k
-        store[1, self.write] = v
-        out = torch.empty_like(q)
+        store = self.data[layer]  # [2, slots, kv_heads, dim]
+        store[:, self.write] = torch.stack([k, v])
+        n, heads, dim = q.shape
+        out = None if self.direct else torch.empty_like(q)
         for read, q_index, q_valid, mask in self.groups:
-            keys = store[0][read].transpose(1, 2)  # [batch, kv_heads, k_max, dim]
-            values = store[1][read].transpose(1, 2)
-            batch, kv_heads, _, dim = keys.shape
-            group = q.shape[1] // kv_heads
+            kv = store[:, read].transpose(2, 3)  # keys and values in one gather: [2, batch, kv_heads, k_max, dim]
+            batch, kv_heads = kv.shape[1], kv.shape[2]
+            group = heads // kv_heads
             # Grouped-query attention without copying K/V: the `group` query heads sharing a KV head are
             # stacked along the query axis, so each KV head is read once for all of them.
-            queries = q[q_index].transpose(1, 2)  # [batch, heads, q_max, dim]
-            q_max = queries.shape[2]
-            folded = queries.reshape(batch, kv_heads, group * q_max, dim)
-            result = F.scaled_dot_product_attention(folded, keys, values, attn_mask=mask)
-            result = result.reshape(batch, kv_heads * group, q_max, dim).transpose(1, 2)
+            if self.direct:
+                folded = q.view(batch, kv_heads, group, dim)
+            else:
+                folded = q[q_index].transpose(1, 2).reshape(batch, kv_heads, group * q_index.shape[1], dim)
+            result = F.scaled_dot_product_attention(folded, kv[0], kv[1], attn_mask=mask)
+            if self.direct:
+                return result.reshape(n, heads, dim)
+            result = result.reshape(batch, heads, q_index.shape[1], dim).transpose(1, 2)
             out[q_index[q_valid]] = result[q_valid]
         return out

@@ -177,7 +177,8 @@ class DraftModelDrafter:
             if a != b:
                 break
             same += 1
-        self.runner.truncate(shadow, same, same)
+        # keep K/V for the common prefix, but always feed at least the newest token: its logits are the next guess
+        self.runner.truncate(shadow, same, min(same, len(seq.tokens) - 1))
         shadow.tokens.extend(seq.tokens[same:])
         return shadow
 

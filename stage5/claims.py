@@ -1,0 +1,112 @@
+"""Sentences whose words come from a measurement, so a page cannot print a claim its own numbers contradict.
+
+A chapter that times the toy engine must not write "faster" into its prose: on another machine, or under
+load, the measurement may say "slower". These helpers turn measured numbers into the comparison words
+("faster" / "slower", "crosses 1 between batch 16 and batch 32"), and the chapters glue the words.
+They are pure functions of the numbers, which is what lets the tests feed them fast and slow timings.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+# Wall-clock ratios within this band of 1 are reported as "about the same": a busy machine moves timings
+# by a few percent between runs, so a 1.02x "speedup" is not evidence of anything.
+NOISE = 0.05
+
+
+def compare(ratio: float, better: str = "faster", worse: str = "slower", same: str = "about as fast") -> str:
+    """``better`` when ``ratio`` (new over old, higher is better) is clearly above 1, ``worse`` when clearly
+    below, ``same`` within :data:`NOISE` of 1."""
+    if ratio > 1 + NOISE:
+        return better
+    if ratio < 1 - NOISE:
+        return worse
+    return same
+
+
+def times(ratio: float) -> str:
+    """'1.8× faster', '1.3× slower' or 'about as fast (1.02×)': a speed ratio in words, never below 1×."""
+    word = compare(ratio)
+    if word == "faster":
+        return f"{ratio:.1f}× faster"
+    if word == "slower":
+        return f"{1 / ratio:.1f}× slower"
+    return f"about as fast ({ratio:.2f}×)"
+
+
+def crossing(batches: Sequence[int], values: Sequence[float], level: float = 1.0) -> str:
+    """Where a curve measured at ``batches`` first falls below ``level``, in words.
+
+    'crosses 1 between batch 16 and batch 32', 'is below 1 already at batch 1', or 'stays above 1 at every
+    batch measured, up to 32'.
+    """
+    below = [b for b, v in zip(batches, values, strict=True) if v < level]
+    if not below:
+        return f"stays above {level:g} at every batch measured, up to {batches[-1]}"
+    first = below[0]
+    if first == batches[0]:
+        return f"is below {level:g} already at batch {first}"
+    previous = batches[list(batches).index(first) - 1]
+    return f"crosses {level:g} between batch {previous} and batch {first}"
+
+
+def first_below(batches: Sequence[int], values: Sequence[float], level: float = 1.0) -> int | None:
+    return next((b for b, v in zip(batches, values, strict=True) if v < level), None)
+
+
+def agreement(ratios: Sequence[float], band: tuple[float, float] = (0.75, 1.33)) -> str:
+    """How predictions (as predicted / measured ratios) compare with the measurement, in words."""
+    lo, hi = min(ratios), max(ratios)
+    span = f"{lo:.2f} to {hi:.2f}" if f"{lo:.2f}" != f"{hi:.2f}" else f"{lo:.2f}"
+    if band[0] <= lo and hi <= band[1]:
+        return f"within the band of 0.75 to 1.33 at every batch (predicted over measured: {span})"
+    if hi < band[0]:
+        return (f"too low at every batch (predicted over measured: {span}): the machine ran slower while it was "
+                "measured than while it was calibrated, or the model misses a cost")
+    if lo > band[1]:
+        return (f"too high at every batch (predicted over measured: {span}): the machine ran faster while it was "
+                "measured than while it was calibrated, or the model misses a cost")
+    return f"off at some batches (predicted over measured: {span})"
+
+
+def bound_at_batch_one(memory_share: float, threshold: float = 0.7) -> str:
+    """Whether the measured batch-1 step is memory-bound, from the weight-streaming term's share of it."""
+    if memory_share >= threshold:
+        return "memory-bound: streaming the weights is most of the step"
+    return (f"not clearly memory-bound on this build: streaming the weights is under {threshold:.0%} of the "
+            "measured step")
+
+
+def describe_roofline(report: dict) -> dict[str, str]:
+    """The sentences chapters 2 and 4 glue around a ``bench roofline`` report (see
+    :func:`stage5.engine.bench_roofline.roofline_report`)."""
+    batches, measured = report["batches"], report["measured_ms"]
+    gain = batches[-1] * measured[0] / measured[-1]
+    return {
+        "agreement": agreement(report["ratio"]),
+        "bound_b1": bound_at_batch_one(report["memory_share_b1"]),
+        "throughput_gain": f"{gain:.1f}×",
+        "batching_verdict": compare(gain, "more", "fewer", "about the same number of"),
+    }
+
+
+def describe_spec(batches: Sequence[int], measured: Sequence[float], predicted: Sequence[float]) -> dict[str, str]:
+    """The sentences chapter 7 glues around speculative speedups measured and predicted at ``batches``."""
+    return {
+        "measured_crossing": crossing(batches, measured),
+        "predicted_crossing": crossing(batches, predicted),
+        "small_batch": times(measured[0]),
+        "large_batch": times(measured[-1]),
+        "verdict": _spec_verdict(measured, predicted),
+    }
+
+
+def _spec_verdict(measured: Sequence[float], predicted: Sequence[float]) -> str:
+    def collapses(values: Sequence[float]) -> bool:
+        return values[0] > 1 + NOISE and values[-1] < 1 - NOISE
+
+    if collapses(measured):
+        return ("speculation helped at small batch and hurt at large batch, as predicted" if collapses(predicted)
+                else "speculation helped at small batch and hurt at large batch, which the prediction did not foresee")
+    return "this build did not show the full collapse: the measured speedups above say where it stopped short"

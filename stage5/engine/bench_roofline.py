@@ -1,0 +1,146 @@
+"""``python -m stage5 bench roofline``: the predicted against the measured decode step of the roofline toy.
+
+For each batch size the paged, continuous engine serves that many short requests, and the median time of
+its decode steps is compared with :func:`stage5.step_model.predict_step` from this machine's cached
+calibration. Batch sizes are measured interleaved, round after round (alternating direction), and medians are
+reported, so a burst of other work on the machine hits every batch size alike.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+from dataclasses import dataclass
+
+from stage5.calibrate import Calibration
+from stage5.models import ModelConfig
+
+BATCHES = (1, 2, 4, 8, 16, 32, 64)
+PROMPT_LEN, NEW_TOKENS, BLOCK = 4, 8, 16
+KEYS = ("batches", "predicted_ms", "measured_ms", "ratio", "memory_share_b1", "ridge_batch_predicted",
+        "ridge_batch_measured", "speedup_b32_over_b1")
+
+
+def step_requests(batch: int, prompt_len: int = PROMPT_LEN, new_tokens: int = NEW_TOKENS):
+    """``batch`` requests of ``prompt_len`` tokens, each answered with exactly ``new_tokens``."""
+    from stage5.engine.sequence import Request
+
+    return [Request(i, tuple((7 * i + j) % 251 for j in range(prompt_len)), new_tokens) for i in range(batch)]
+
+
+def measure_decode_steps(model, cfg: ModelConfig, batches=BATCHES, rounds: int = 5, prompt_len: int = PROMPT_LEN,
+                         new_tokens: int = NEW_TOKENS) -> tuple[dict[int, float], dict[int, float]]:
+    """(median decode step seconds, mean K/V tokens per sequence in those steps) per batch size."""
+    from stage5.engine.engine import Engine
+
+    times: dict[int, list[float]] = {b: [] for b in batches}
+    context: dict[int, list[float]] = {b: [] for b in batches}
+    blocks = max(batches) * (-(-(prompt_len + new_tokens) // BLOCK) + 1)  # + the allocator's spare per sequence
+    for r in range(rounds):
+        for b in (batches if r % 2 == 0 else batches[::-1]):
+            result = Engine(model, cfg, num_blocks=blocks, block_size=BLOCK, max_batch=b).run(
+                step_requests(b, prompt_len, new_tokens))
+            for seconds, ctx, (kind, ids) in zip(result.step_s, result.step_context, result.trace, strict=True):
+                if kind == "decode":
+                    times[b].append(seconds)
+                    context[b].append(ctx / len(ids))
+    return ({b: statistics.median(t) for b, t in times.items()},
+            {b: statistics.fmean(c) for b, c in context.items()})
+
+
+def roofline_report(cal: Calibration, cfg: ModelConfig, measured_s: dict[int, float],
+                    context: dict[int, float]) -> dict:
+    """The benchmark's JSON from measured median step times (seconds) per batch; pure, so tests can feed it."""
+    from stage5.step_model import knee_batch, predict_step, ridge_batch
+
+    batches = sorted(measured_s)
+    predicted = [float(predict_step(cal, cfg, b, context[b]).time_s) for b in batches]
+    measured = [measured_s[b] for b in batches]
+    b1 = predict_step(cal, cfg, batches[0], context[batches[0]])
+    report = {
+        "batches": batches,
+        "predicted_ms": [1e3 * p for p in predicted],
+        "measured_ms": [1e3 * m for m in measured],
+        "ratio": [p / m for p, m in zip(predicted, measured, strict=True)],
+        # the weight-streaming term's share of the measured batch-1 step
+        "memory_share_b1": float(b1.memory_s) / measured[0],
+        "ridge_batch_predicted": ridge_batch(cal, cfg),
+        "ridge_batch_measured": knee_batch(batches, measured),
+        "speedup_b32_over_b1": (32 / measured_s[32]) / (1 / measured_s[1]) if {1, 32} <= set(batches) else None,
+    }
+    assert tuple(report) == KEYS
+    return report
+
+
+@dataclass
+class RooflineMeasurement:
+    """What a chapter needs: the calibration, the toy's config, the benchmark report and the ideal roofline."""
+
+    cal: Calibration
+    cfg: ModelConfig
+    report: dict
+    ideal_ms: list[float]
+    context: dict[int, float]
+
+
+def measure_for_chapter(batches=(1, 2, 4, 8, 16, 32), rounds: int = 3, new_tokens: int = 5) -> RooflineMeasurement:
+    """The chapters' version of the benchmark: fewer batches, rounds and tokens, so it takes seconds."""
+    from stage5.calibrate import calibrate
+    from stage5.engine.roofline_toy import load_roofline_toy
+
+    model, cfg = load_roofline_toy()
+    cal = calibrate(cfg)
+    measure_decode_steps(model, cfg, batches=(1,), rounds=1, new_tokens=3)  # warm up before timing
+    measured, context = measure_decode_steps(model, cfg, batches, rounds, new_tokens=new_tokens)
+    return measurement_from(cal, cfg, measured, context)
+
+
+def measurement_from(cal: Calibration, cfg: ModelConfig, measured_s: dict[int, float],
+                     context: dict[int, float]) -> RooflineMeasurement:
+    """Everything a chapter prints, from measured step seconds per batch (pure: the tests feed it fakes)."""
+    from stage5.step_model import predict_step
+
+    ideal = [1e3 * float(predict_step(cal, cfg, b, context[b], ideal=True).time_s) for b in sorted(measured_s)]
+    return RooflineMeasurement(cal, cfg, roofline_report(cal, cfg, measured_s, context), ideal, context)
+
+
+def run(rounds: int = 5, batches=BATCHES, force_calibration: bool = False) -> dict:
+    from stage5.calibrate import calibrate
+    from stage5.engine.roofline_toy import load_roofline_toy
+
+    model, cfg = load_roofline_toy()
+    cal = calibrate(cfg, force=force_calibration)
+    measure_decode_steps(model, cfg, batches=(1, 4), rounds=1)  # warm up allocator and kernels before timing
+    measured, context = measure_decode_steps(model, cfg, batches, rounds)
+    return roofline_report(cal, cfg, measured, context)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m stage5 bench roofline", description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=5, help="interleaved rounds over the batch sizes (medians)")
+    parser.add_argument("--recalibrate", action="store_true", help="measure this machine again, ignoring the cache")
+    parser.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
+    args = parser.parse_args(argv)
+    if args.rounds < 1:
+        parser.error(f"--rounds must be at least 1, got {args.rounds}")
+    report = run(args.rounds, force_calibration=args.recalibrate)
+    if args.json:
+        print(json.dumps(report, indent=1))
+        return 0
+    print("decode step of the roofline toy, one thread: predicted from the calibration vs measured (medians)")
+    print(f"{'batch':>6}{'predicted ms':>14}{'measured ms':>13}{'ratio':>8}")
+    for b, p, m, r in zip(report["batches"], report["predicted_ms"], report["measured_ms"], report["ratio"],
+                          strict=True):
+        print(f"{b:6d}{p:14.2f}{m:13.2f}{r:8.2f}")
+    print(f"weight streaming is {report['memory_share_b1']:.0%} of the measured batch-1 step")
+    print(f"ridge: batch {report['ridge_batch_predicted']:.0f} predicted, about {report['ridge_batch_measured']:.0f} "
+          "from the measured curve's knee")
+    if report["speedup_b32_over_b1"] is not None:
+        print(f"tokens/s at batch 32 over batch 1: {report['speedup_b32_over_b1']:.1f}x")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
