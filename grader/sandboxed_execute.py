@@ -135,6 +135,7 @@ class SandboxedExecute(Execute):
     cell_cpu_s = Float(10.0, help="CPU seconds one cell may use").tag(config=True)
     memory_bytes = Integer(Limits.memory_bytes, help="address space per sandboxed process").tag(config=True)
     _warned = False
+    _asked_exit = False
 
     def __init__(self, *args: Any, **kwargs: Any):
         kwargs["kernel_manager_class"] = SandboxKernelManager
@@ -177,9 +178,10 @@ class SandboxedExecute(Execute):
                     self._start(Path(tmp), done)
                 watch = _CpuWatch(self.km, self.cell_cpu_s)
                 watch.start()
+                self._asked_exit = False
                 try:
                     self.execute_cell(cell, index, store_history=True)
-                    died = None
+                    died = "it stopped (exit() or quit() in this cell)" if self._asked_exit else None
                 except DeadKernelError:
                     died = self._death_reason()
                 finally:
@@ -226,9 +228,17 @@ class SandboxedExecute(Execute):
             watch.start()
             try:
                 self.execute_cell(scratch_cell, i, store_history=True)
+            except DeadKernelError:
+                break  # a cell that ran fine once died on replay: go on with the state built so far
             finally:
                 watch.stop.set()
                 watch.join()
+
+    def on_cell_executed(self, **kwargs: Any) -> None:
+        super().on_cell_executed(**kwargs)
+        payload = kwargs["execute_reply"]["content"].get("payload", [])
+        if any(p.get("source") == "ask_exit" for p in payload):
+            self._asked_exit = True  # ipykernel answers exit() with a request to its front end to shut it down
 
     def _stop(self) -> None:
         if self.km is None:
