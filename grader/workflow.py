@@ -232,6 +232,8 @@ class Course:
                                      "(wall-clock) and was interrupted")
                     elif out.get("ename") in ("KernelDied", "NotebookTimeout"):
                         notes.append(out.get("evalue", ""))
+                    elif out.get("ename") == "MemoryError":
+                        notes.append(f"{gid} ran out of memory (MemoryError: over the sandbox's limit)")
                 if any(o.get("output_type") == "stream" and "output truncated" in "".join(o.get("text", ""))
                        for o in cell.get("outputs", [])):
                     notes.append("very large output truncated")
