@@ -39,7 +39,7 @@ POISON = COURSE + """for _f in list(_repo.glob('stage5/grading/*.py')) + [_repo 
             _fh.write('\\ndef check_close(*a, **k):\\n    return None\\n')
         print('poisoned', _f.name)
     except OSError as _e:
-        print('could not poison', _f.name, type(_e).__name__)
+        print('could not', 'poison', _f.name, type(_e).__name__)
 """
 
 DESTROY = COURSE + """for _target in [_repo / 'solutions', _repo / 'grader', _repo / 'exercises', _repo / 'stage5'] + \\
@@ -48,19 +48,19 @@ DESTROY = COURSE + """for _target in [_repo / 'solutions', _repo / 'grader', _re
         shutil.rmtree(_target) if _target.is_dir() else _target.unlink()
         print('destroyed', _target.name)
     except OSError as _e:
-        print('could not destroy', _target.name, type(_e).__name__)
+        print('could not', 'destroy', _target.name, type(_e).__name__)
 """
 
 LEAK = COURSE + """for _f in [_repo / 'solutions' / 'ex01' / 'ex01.ipynb'] + [pathlib.Path(p) for p in _mine]:
     try:
         print(_f, pathlib.Path(_f).read_text()[:20000])
     except OSError as _e:
-        print('could not read', _f, type(_e).__name__)
+        print('could not', 'read', _f, type(_e).__name__)
 print(sorted(os.listdir('/')), os.getcwd(), sorted(os.listdir('.')))
 import socket
 try:
     socket.create_connection(('pypi.org', 443), timeout=3)
-    print('NETWORK REACHABLE')
+    print('NETWORK', 'REACHABLE')
 except OSError as _e:
     print('no network', type(_e).__name__)
 """
