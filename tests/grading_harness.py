@@ -14,29 +14,36 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "grader"))
 
+import grade  # noqa: E402  (grader/grade.py: what `make grade` runs)
 from workflow import Course, Result  # noqa: E402
 
 FIXTURES = REPO / "tests" / "submissions"
 JOBS = 2  # submissions graded at once: CI has two cores
 
-__all__ = ["REPO", "Course", "Result", "check_feedback_has", "check_release_is_fresh", "check_result", "copy_fixtures", "grade_classes",
+__all__ = ["REPO", "Course", "grade", "Result", "check_feedback_has", "check_release_is_fresh", "check_result", "copy_fixtures", "grade_classes",
            "release_setup_source"]
 
 
-def copy_fixtures(name: str, dest: Path) -> Path:
-    """A copy of tests/submissions/<name> to grade (grading never reads the committed fixtures in place)."""
-    shutil.copytree(FIXTURES / name, dest)
+def copy_fixtures(name: str, dest: Path, only: list[str] | None = None) -> Path:
+    """A copy of tests/submissions/<name> (or of the files named in ``only``) to grade: grading never reads the
+    committed fixtures in place."""
+    if only is None:
+        shutil.copytree(FIXTURES / name, dest)
+    else:
+        dest.mkdir(parents=True)
+        for file in only:
+            shutil.copyfile(FIXTURES / name / file, dest / file)
     return dest
 
 
-def grade_classes(root: Path, assignments: dict[str, str], jobs: int = JOBS,
+def grade_classes(root: Path, assignments: dict[str, str], jobs: int = JOBS, only: dict[str, list[str]] | None = None,
                   **config) -> tuple[Course, dict[tuple[str, str], Result]]:
-    """Grade each fixture folder (``{assignment: folder under tests/submissions}``) with one gradebook under
-    ``root``; results keyed by (assignment, student)."""
+    """Grade each fixture folder (``{assignment: folder under tests/submissions}``, or only the files
+    ``only[assignment]`` in it) with one gradebook under ``root``; results keyed by (assignment, student)."""
     course = Course(root / "work", **config)
     results = {}
     for assignment, folder in assignments.items():
-        inbox = copy_fixtures(folder, root / f"inbox_{assignment}")
+        inbox = copy_fixtures(folder, root / f"inbox_{assignment}", (only or {}).get(assignment))
         for r in course.grade(inbox, assignment, jobs=jobs):
             results[(assignment, r.student)] = r
     return course, results

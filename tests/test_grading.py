@@ -38,7 +38,7 @@ EXPECTED = {
                   ["on an unseen model", "on an unseen deployment"], []),
     "delegates": (12, {"b1_kv_function", "b2_floor_function", "b3_concurrency_function"},
                   ["computes this answer for you"], []),
-    "loop": (19, {"a2_ridge"}, ["CellTimeoutError"], ["timed out"]),
+    "loop": (19, {"a2_ridge"}, ["used more than 10 s of CPU time"], ["timed out"]),
     "crash": (18, {"a1_floor"}, ["numpy_financial"], []),
     "bigoutput": (20, set(), ["output truncated"], ["output truncated"]),
     "tampered": (13, {"a2_ridge", "a3_kv", "a5_concurrency", "a7_intensity_kv"},
