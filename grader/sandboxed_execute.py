@@ -13,6 +13,7 @@
 
 from __future__ import annotations
 
+import ast
 import copy
 import signal
 import tempfile
@@ -23,15 +24,21 @@ from pathlib import Path
 from typing import Any
 
 import psutil
+from host_checks import HostChecks, split_hidden
 from jupyter_client.manager import AsyncKernelManager
 from nbclient.exceptions import DeadKernelError
 from nbformat import NotebookNode
 from nbgrader.preprocessors.execute import Execute
 from traitlets import Float, Instance, Integer
 
+from stage5.grading.remote import MAX_REPLY_CHARS
 from stage5.grading.sandbox import Limits, bwrap_command, isolation, limited_command
 
 MAX_RESTARTS = 4  # kernel deaths per notebook before the remaining cells are marked as not run
+
+
+def _has_error(cell: NotebookNode) -> bool:
+    return any(o.get("output_type") == "error" for o in cell.get("outputs", []))
 
 
 def _grade_label(cell: NotebookNode, index: int) -> str:
@@ -163,6 +170,7 @@ class SandboxedExecute(Execute):
         started = time.monotonic()
         done: list[int] = []  # cells that ran to the end in the current kernel's lifetime (replayed after a death)
         restarts = 0
+        host = HostChecks(self.nb.cells, self._ask)
         with tempfile.TemporaryDirectory(prefix="stage5-sandbox-") as tmp:
             index = 0
             while index < len(self.nb.cells):
@@ -179,14 +187,25 @@ class SandboxedExecute(Execute):
                 watch = _CpuWatch(self.km, self.cell_cpu_s)
                 watch.start()
                 self._asked_exit = False
+                split = split_hidden(cell)  # (what the kernel runs, the hidden checks the grader runs) or None
+                original = cell.source
+                verdict = None
                 try:
+                    if split:
+                        cell.source = split[0]
                     self.execute_cell(cell, index, store_history=True)
                     died = "it stopped (exit() or quit() in this cell)" if self._asked_exit else None
+                    if split and not died and not watch.over and not _has_error(cell):
+                        verdict = host.run(split[1])
                 except DeadKernelError:
                     died = self._death_reason()
                 finally:
+                    cell.source = original
                     watch.stop.set()
                     watch.join()
+                if verdict and not watch.over:
+                    ename, _, evalue = verdict.partition(": ")
+                    self._error(cell, ename, evalue)
                 label = _grade_label(cell, index)
                 if watch.over:
                     cell.outputs = [o for o in cell.outputs if o.get("output_type") != "error"]
@@ -233,6 +252,20 @@ class SandboxedExecute(Execute):
             finally:
                 watch.stop.set()
                 watch.join()
+
+    def _ask(self, expression: str) -> str:
+        """Evaluate ``expression`` in the learner's kernel (no output, no history); its value, which must be a
+        string. Raises DeadKernelError when the kernel died meanwhile, ValueError for anything else."""
+        msg_id = self.kc.execute("", silent=True, store_history=False, user_expressions={"r": expression})
+        reply = self.wait_for_reply(msg_id)
+        got = (reply or {}).get("content", {}).get("user_expressions", {}).get("r", {})
+        text = got.get("data", {}).get("text/plain", "") if got.get("status") == "ok" else ""
+        if not text or len(text) > 4 * MAX_REPLY_CHARS:
+            raise ValueError("no answer from the kernel")
+        value = ast.literal_eval(text)
+        if not isinstance(value, str):
+            raise ValueError("the kernel's answer is not a string")
+        return value
 
     def on_cell_executed(self, **kwargs: Any) -> None:
         super().on_cell_executed(**kwargs)

@@ -9,6 +9,7 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from .checks import GradingError
+from .remote import RemoteFunction
 
 
 class UnavailableError(GradingError):
@@ -82,7 +83,12 @@ def unavailable(*targets: str, namespaces: Iterable[dict[str, Any]] = ()) -> Ite
 
 def call_learner(name: str, func: Callable[..., Any], *args: Any, blocked: Iterable[str] = (), **kwargs: Any) -> Any:
     """Call a learner's function with ``blocked`` stage5 functions unavailable; turn any crash into a short,
-    learner-safe failure that names the check (no traceback of the hidden test)."""
+    learner-safe failure that names the check (no traceback of the hidden test). Given a
+    :class:`~stage5.grading.remote.RemoteFunction` (in the grader), the call happens in the learner's kernel."""
+    if isinstance(func, RemoteFunction):
+        if kwargs:
+            raise TypeError("a learner's function in the kernel takes positional arguments only")
+        return func.call(name, args, blocked)
     if not callable(func):
         raise GradingError(f"{name}: expected a function, got {type(func).__name__}")
     with unavailable(*blocked), _learner_failures(name, name):

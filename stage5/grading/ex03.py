@@ -7,6 +7,7 @@ from typing import Any
 
 from .blocking import _learner_failures, unavailable
 from .checks import GradingError, _as_number
+from .remote import RemoteFunction
 
 #: What a learner's ``diagnose`` may not call while it is checked: the reference itself and every cost-model
 #: function that would do the step-time, prefill, concurrency or speculation arithmetic for it. The registries
@@ -107,6 +108,8 @@ def call_diagnose(name: str, func: Callable[..., Any], deps: Iterable[Mapping[st
                   blocked: Iterable[str] = DIAGNOSIS_BLOCKED) -> list[Any]:
     """Call a learner's ``diagnose`` on each deployment (a fresh copy of each dict) with ``blocked`` stage5
     functions unavailable throughout; crashes become learner-safe failures naming the deployment."""
+    if isinstance(func, RemoteFunction):  # in the grader: each call happens in the learner's kernel
+        return [func.call(f"{name} ({describe_deployment(dep)})", (dict(dep),), blocked) for dep in deps]
     if not callable(func):
         raise GradingError(f"{name}: expected a function, got {type(func).__name__}")
     out = []

@@ -72,6 +72,15 @@ _later = ("sleep 6 && for f in " + " ".join(p for p in _mine if p.endswith(('.cs
 subprocess.Popen(['sh', '-c', _later], start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 """
 
+# in-kernel patching: the checks, math and the course's answers all say "correct" inside the kernel
+PATCH = """import math, stage5.grading, stage5.grading.checks, stage5.cost, stage5.models
+math.isclose = lambda *a, **k: True
+stage5.grading.check_close = stage5.grading.checks.check_close = lambda *a, **k: None
+stage5.grading.call_learner = lambda name, func, *a, **k: func(*a)
+stage5.cost.decode_floor_s = lambda *a, **k: floor_ms_llama8b_l4 / 1e3
+stage5.models.ModelConfig.kv_bytes_per_token = lambda self, b=2: 2 * self.num_layers * self.num_heads * self.head_dim * b
+"""
+
 KILL = """import os, signal
 os.killpg(0, signal.SIGKILL)  # the whole process group: in a sandbox, only the kernel's own
 """ + A2
@@ -95,6 +104,7 @@ def build() -> None:
         "destroy_ex01": fill(heads, a1_floor_answer=DESTROY + A1),
         "leak_ex01": fill(heads, a1_floor_answer=LEAK + A1),
         "background_ex01": fill(heads, a1_floor_answer=BACKGROUND + A1),
+        "patcher_ex01": fill(heads, a1_floor_answer=A1 + "\n" + PATCH),
         # a full solution whose one broken cell (2 or 1 points) is the only loss
         "kill_ex01": fill(good, a2_ridge_answer=KILL),
         "memory_ex01": fill(good, a1_floor_answer=MEMORY),
