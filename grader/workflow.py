@@ -296,7 +296,8 @@ class Course:
             w.writerow(["student", "assignment", "score", "auto_max", "manual_pending", "status", "failed_checks",
                         "reasons", "source", "seconds"])
             for r in results:
-                w.writerow([r.student, r.assignment, f"{r.score:g}", f"{r.auto_max:g}", f"{r.manual_pending:g}",
+                score = "" if r.status == NOT_GRADED else f"{r.score:g}"  # not a 0: nothing was graded
+                w.writerow([r.student, r.assignment, score, f"{r.auto_max:g}", f"{r.manual_pending:g}",
                             r.status, " ".join(r.failed), "; ".join(r.reasons), r.source, f"{r.seconds:.1f}"])
         return grades, summary
 

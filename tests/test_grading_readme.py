@@ -10,7 +10,8 @@ from __future__ import annotations
 import re
 import shutil
 
-from grading_harness import REPO, grade
+import pytest
+from grading_harness import REPO, grade, workflow
 from nbgrader.api import Gradebook
 
 WRITTEN = "c1_written"  # ex01's written answer, 2 points, marked by hand
@@ -56,3 +57,37 @@ def test_readme_instructor_steps_end_to_end(tmp_path, capfd):
     # the feedback to return includes the hand-given marks
     feedback = (work / "feedback" / "ada" / "ex01" / "ex01.html").read_text()
     assert re.search(r"22(\.0)? / 22(\.0)?", feedback)
+
+    # a late submission, and the batch crashes after autograding it: nothing graded is lost
+    shutil.copyfile(REPO / "tests" / "submissions" / "ex01" / "heads_ex01.ipynb", work / "inbox" / "heads_ex01.ipynb")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(workflow.Course, "feedback", _crash)
+        with pytest.raises(KeyboardInterrupt):
+            grade.main(["--work", str(work)])
+    capfd.readouterr()
+    assert grade.main(["--work", str(work)]) == 0
+    resumed = capfd.readouterr().out
+    assert "2 unchanged since the last run" in resumed, resumed
+    assert re.search(r"^heads\s+ex01\s+8\.0 / 20 \(\+2 to mark by hand\)\s+ok", resumed, re.M), resumed
+
+
+def _crash(*args, **kwargs):
+    raise KeyboardInterrupt("the instructor's laptop went to sleep")
+
+
+def test_a_failure_not_the_learners_is_retried_then_reported_not_scored(tmp_path, monkeypatch):
+    calls = []
+
+    def kernel_would_not_start(config, assignment, student):
+        calls.append(student)
+        return False, "RuntimeError: Kernel died before replying to kernel_info", 1.0
+
+    monkeypatch.setattr(workflow, "_autograde_one", kernel_would_not_start)
+    inbox = tmp_path / "inbox"
+    inbox.mkdir()
+    shutil.copyfile(REPO / "tests" / "submissions" / "ex01" / "heads_ex01.ipynb", inbox / "heads_ex01.ipynb")
+    (r,) = workflow.Course(tmp_path / "work").grade(inbox, "ex01", feedback=False)
+    assert calls == ["heads", "heads"]  # tried twice
+    assert r.status == "not graded: retry" and "kernel_info" in r.line() and "0.0" not in r.line()
+    summary = (tmp_path / "work" / "summary.csv").read_text()
+    assert "heads,ex01,,20,2,not graded: retry" in summary
