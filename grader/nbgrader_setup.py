@@ -6,8 +6,8 @@ the repository-root ``nbgrader_config.py``) the ``nbgrader`` command line:
 * source notebooks in ``solutions/<assignment>/``, the release in ``exercises/<assignment>/`` (committed);
 * submitted, autograded and feedback folders, the sqlite gradebook and the exchange under ``work_dir``
   (``grader/`` by default; git-ignored);
-* a per-cell execution timeout, restored test cells, outputs capped in size, and feedback that shows neither
-  hidden tests nor the tracebacks of test cells.
+* each kernel in a sandbox with a CPU-time budget per cell, restored test cells, outputs capped in size, and
+  feedback that shows neither hidden tests nor the tracebacks of test cells.
 """
 
 from __future__ import annotations

@@ -1,9 +1,11 @@
 """The instructor workflow, in-process: release, collect, autograde, feedback, export, summary.
 
-Everything goes through ``nbgrader.apps.NbGraderAPI`` (no command-line start-up per step). One bad submission
+Everything goes through ``nbgrader.apps.NbGraderAPI`` (no command-line start-up per step); each notebook's kernel
+runs in a sandbox (``sandboxed_execute.py``) and hidden checks run here (``host_checks.py``). One bad submission
 never stops the batch: a notebook that is not JSON is recorded with a score of 0 and a reason; a cell that loops
-forever is interrupted after the per-cell timeout; a deleted or edited test cell is restored from the
-gradebook and noted; a submission nbgrader cannot grade at all is recorded with its error's last line.
+forever is interrupted after its CPU-time budget; a deleted or edited test cell is restored from the gradebook and
+noted; a submission that cannot be graded for a reason not the learner's is retried once, then recorded as
+"not graded: retry". Each graded submission is recorded at once, so a re-run resumes and grades only what is new.
 """
 
 from __future__ import annotations

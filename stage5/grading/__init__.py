@@ -6,6 +6,8 @@ so every name they use stays importable from the package itself:
 * :mod:`.checks` - numeric checks whose messages name the likely slip, never the expected value;
 * :mod:`.blocking` - stage5's own answers switched off while a learner's function runs;
 * :mod:`.ex02`, :mod:`.ex03` - the checks of one exercise each (ex01 and the clearing test use only the two above);
+* :mod:`.remote` - answers and calls carried between the learner's kernel and the grader, which runs the hidden
+  checks itself (grader/host_checks.py);
 * :mod:`.sandbox` - where a learner's notebook runs on the instructor's machine (bubblewrap, limits).
 """
 
