@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import contextlib
+import gc
 import importlib
 import sys
+import types
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
@@ -40,12 +42,14 @@ def _stub(target: str, original: Any) -> Any:
 
 
 @contextlib.contextmanager
-def unavailable(*targets: str, namespaces: Iterable[dict[str, Any]] = ()) -> Iterator[None]:
+def unavailable(*targets: str, namespaces: Iterable[dict[str, Any]] = (), deep: bool = False) -> Iterator[None]:
     """Make the named functions, methods and properties raise :class:`UnavailableError` inside the block.
 
     Besides the defining module or class, every loaded module's global of the same object (``from stage5.cost
     import max_concurrency``) and each dict in ``namespaces`` (default: the notebook's ``__main__``) is patched,
-    and everything is restored on exit.
+    and everything is restored on exit. ``deep`` also finds copies a learner stashed before the check (in a list,
+    a dict, a closure, a default argument, a class) through the garbage collector's referrers; it costs one pass
+    over the heap, so only checks that call a learner's function once in a while use it.
     """
     saved: list[tuple[Any, str, Any, bool]] = []  # (owner, name, original, is_dict)
     try:
@@ -56,8 +60,10 @@ def unavailable(*targets: str, namespaces: Iterable[dict[str, Any]] = ()) -> Ite
             stub = _stub(target, original)
             saved.append((owner, name, original, False))
             setattr(owner, name, stub)
-            if not isinstance(owner, type):
+            if deep or not isinstance(owner, type):
                 stubs[id(original)] = (original, stub)
+        if deep and stubs:
+            _patch_referrers(stubs, saved)
         if stubs:
             # one pass over every namespace for all targets together (linear in modules + targets)
             spaces = [*namespaces]
@@ -81,6 +87,47 @@ def unavailable(*targets: str, namespaces: Iterable[dict[str, Any]] = ()) -> Ite
                 setattr(owner, name, original)
 
 
+def _patch_referrers(stubs: dict[int, tuple[Any, Any]], saved: list[tuple[Any, Any, Any, bool]]) -> None:
+    """Replace every other reference to an original by its stub: in dicts, lists, closure cells, default
+    arguments and class attributes (recorded in ``saved`` for restoring)."""
+    originals = [original for original, _ in stubs.values()]
+
+    def stub_for(value: Any) -> Any:
+        hit = stubs.get(id(value))
+        return hit[1] if hit is not None and hit[0] is value else None
+
+    for ref in gc.get_referrers(*originals):
+        if ref is originals or ref is stubs:
+            continue
+        if isinstance(ref, dict):
+            classes = [c for c in gc.get_referrers(ref) if isinstance(c, type)]
+            for key, value in list(ref.items()):
+                stub = stub_for(value)
+                if stub is None:
+                    continue
+                owner = next((c for c in classes if c.__dict__.get(key) is value), None)
+                if owner is not None:  # a class attribute: through setattr, so the type's caches stay right
+                    saved.append((owner, key, value, False))
+                    setattr(owner, key, stub)
+                else:
+                    saved.append((ref, key, value, True))
+                    ref[key] = stub
+        elif isinstance(ref, list):
+            for i, value in enumerate(ref):
+                if (stub := stub_for(value)) is not None:
+                    saved.append((ref, i, value, True))
+                    ref[i] = stub
+        elif isinstance(ref, types.CellType):
+            if (stub := stub_for(ref.cell_contents)) is not None:
+                saved.append((ref, "cell_contents", ref.cell_contents, False))
+                ref.cell_contents = stub
+        elif isinstance(ref, tuple):
+            for func in gc.get_referrers(ref):
+                if isinstance(func, types.FunctionType) and func.__defaults__ is ref:
+                    saved.append((func, "__defaults__", ref, False))
+                    func.__defaults__ = tuple(stub_for(v) or v for v in ref)
+
+
 def call_learner(name: str, func: Callable[..., Any], *args: Any, blocked: Iterable[str] = (), **kwargs: Any) -> Any:
     """Call a learner's function with ``blocked`` stage5 functions unavailable; turn any crash into a short,
     learner-safe failure that names the check (no traceback of the hidden test). Given a
@@ -91,7 +138,7 @@ def call_learner(name: str, func: Callable[..., Any], *args: Any, blocked: Itera
         return func.call(name, args, blocked)
     if not callable(func):
         raise GradingError(f"{name}: expected a function, got {type(func).__name__}")
-    with unavailable(*blocked), _learner_failures(name, name):
+    with unavailable(*blocked, deep=True), _learner_failures(name, name):
         return func(*args, **kwargs)
 
 

@@ -109,11 +109,11 @@ def call_diagnose(name: str, func: Callable[..., Any], deps: Iterable[Mapping[st
     """Call a learner's ``diagnose`` on each deployment (a fresh copy of each dict) with ``blocked`` stage5
     functions unavailable throughout; crashes become learner-safe failures naming the deployment."""
     if isinstance(func, RemoteFunction):  # in the grader: each call happens in the learner's kernel
-        return [func.call(f"{name} ({describe_deployment(dep)})", (dict(dep),), blocked) for dep in deps]
+        return func.call_many([(f"{name} ({describe_deployment(dep)})", (dict(dep),)) for dep in deps], blocked)
     if not callable(func):
         raise GradingError(f"{name}: expected a function, got {type(func).__name__}")
     out = []
-    with unavailable(*blocked):
+    with unavailable(*blocked, deep=True):
         for dep in deps:
             with _learner_failures(f"{name} ({describe_deployment(dep)})", name):
                 out.append(func(dict(dep)))

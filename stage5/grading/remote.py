@@ -108,19 +108,27 @@ def values(names: Iterable[str]) -> str:
 
 
 def serve(request: str) -> str:
-    """Call the learner's function named in ``request`` with its arguments and the listed stage5 functions
-    unavailable; the reply is ``{"value": ...}`` or ``{"error": learner-safe message}``."""
-    from .blocking import call_learner
+    """Call the learner's function named in ``request`` once per entry of its ``calls`` (each a label and the
+    arguments), with the listed stage5 functions unavailable throughout; the reply lists ``{"value": ...}`` or
+    ``{"error": learner-safe message}`` per call, stopping at the first error."""
+    from .blocking import _learner_failures, unavailable
 
     req = json.loads(request)
     func = _main().get(req["function"])
+    replies: list[dict[str, Any]] = []
     try:
-        result = call_learner(req["label"], func, *decode(req["args"]), blocked=req["blocked"])
-        reply = {"value": encode(result)}
+        if not callable(func):
+            raise GradingError(f"{req['calls'][0]['label']}: expected a function, got {type(func).__name__}")
+        with unavailable(*req["blocked"], deep=True):
+            for call in req["calls"]:
+                with _learner_failures(call["label"], call["label"]):
+                    replies.append({"value": encode(func(*decode(call["args"])))})
     except GradingError as err:
-        reply = {"error": str(err)}
-    text = json.dumps(reply)
-    return text if len(text) <= MAX_REPLY_CHARS else json.dumps({"error": f"{req['label']}: the answer is too large"})
+        replies.append({"error": str(err)})
+    text = json.dumps(replies)
+    if len(text) > MAX_REPLY_CHARS:
+        return json.dumps([{"error": f"{req['calls'][0]['label']}: the answer is too large"}])
+    return text
 
 
 # ------------------------------------------------------------------------------------ grader side
@@ -135,17 +143,28 @@ class RemoteFunction:
         return f"<learner function {self.name}>"
 
     def call(self, label: str, args: tuple[Any, ...], blocked: Iterable[str]) -> Any:
-        request = json.dumps({"function": self.name, "label": label, "args": encode(list(args)),
-                              "blocked": list(blocked)})
+        """The learner's function on ``args``, called in the kernel."""
+        return self.call_many([(label, args)], blocked)[0]
+
+    def call_many(self, calls: list[tuple[str, tuple[Any, ...]]], blocked: Iterable[str]) -> list[Any]:
+        """One round trip for several calls (labels name each in a failure); raises at the first failure."""
+        request = json.dumps({"function": self.name, "blocked": list(blocked),
+                              "calls": [{"label": label, "args": encode(list(args))} for label, args in calls]})
+        first = calls[0][0]
         try:
-            reply = json.loads(self.channel(request))
+            replies = json.loads(self.channel(request))
         except (ValueError, TypeError):
-            raise GradingError(f"{label}: your notebook's kernel did not answer") from None
-        if not isinstance(reply, dict) or not ("value" in reply or "error" in reply):
-            raise GradingError(f"{label}: your notebook's kernel did not answer")
-        if "error" in reply:
-            raise GradingError(str(reply["error"]))
-        try:
-            return decode(reply["value"])
-        except (ValueError, TypeError, KeyError):
-            raise GradingError(f"{label}: your function returned something that is not plain data") from None
+            raise GradingError(f"{first}: your notebook's kernel did not answer") from None
+        if not isinstance(replies, list) or not all(isinstance(r, dict) for r in replies):
+            raise GradingError(f"{first}: your notebook's kernel did not answer")
+        out = []
+        for (label, _), reply in zip(calls, replies, strict=False):
+            if "error" in reply:
+                raise GradingError(str(reply["error"]))
+            try:
+                out.append(decode(reply["value"]))
+            except (ValueError, TypeError, KeyError):
+                raise GradingError(f"{label}: your function returned something that is not plain data") from None
+        if len(out) != len(calls):
+            raise GradingError(f"{first}: your notebook's kernel did not answer every call")
+        return out

@@ -81,6 +81,13 @@ stage5.cost.decode_floor_s = lambda *a, **k: floor_ms_llama8b_l4 / 1e3
 stage5.models.ModelConfig.kv_bytes_per_token = lambda self, b=2: 2 * self.num_layers * self.num_heads * self.head_dim * b
 """
 
+# stage5's own answer, saved before the check switches it off
+SNAPSHOT = """_answers = {"kv": ModelConfig.kv_bytes_per_token}
+
+def kv_bytes_per_token(config, bytes_per_element=2, _ref=ModelConfig.kv_bytes_per_token):
+    return _answers["kv"](config, bytes_per_element) if bytes_per_element != 2 else _ref(config, 2)
+"""
+
 KILL = """import os, signal
 os.killpg(0, signal.SIGKILL)  # the whole process group: in a sandbox, only the kernel's own
 """ + A2
@@ -105,6 +112,8 @@ def build() -> None:
         "leak_ex01": fill(heads, a1_floor_answer=LEAK + A1),
         "background_ex01": fill(heads, a1_floor_answer=BACKGROUND + A1),
         "patcher_ex01": fill(heads, a1_floor_answer=A1 + "\n" + PATCH),
+        # a full solution except that B1 hands back stage5's answer, saved before the check (3 points)
+        "snapshot_ex01": fill(good, b1_kv_function_answer=SNAPSHOT),
         # a full solution whose one broken cell (2 or 1 points) is the only loss
         "kill_ex01": fill(good, a2_ridge_answer=KILL),
         "memory_ex01": fill(good, a1_floor_answer=MEMORY),
