@@ -30,7 +30,7 @@ EXPECTED = {
     "leak": (8, HEADS_FAILED, []),
     "background": (8, HEADS_FAILED, []),
     "patcher": (8, HEADS_FAILED, []),
-    "snapshot": (17, {"b1_kv_function"}, []),
+    "snapshot": (14, {"b1_kv_function", "b3_concurrency_function"}, []),  # B3 calls its B1
     "kill": (19, {"a2_ridge"}, ["the kernel died in a2_ridge_answer", "killed"]),
     "memory": (18, {"a1_floor"}, ["a1_floor_answer ran out of memory"]),
     "cpu_in_c": (19, {"a2_ridge"}, ["a2_ridge_answer timed out", "CPU time"]),

@@ -112,7 +112,8 @@ def build() -> None:
         "leak_ex01": fill(heads, a1_floor_answer=LEAK + A1),
         "background_ex01": fill(heads, a1_floor_answer=BACKGROUND + A1),
         "patcher_ex01": fill(heads, a1_floor_answer=A1 + "\n" + PATCH),
-        # a full solution except that B1 hands back stage5's answer, saved before the check (3 points)
+        # a full solution except that B1 hands back stage5's answer, saved before the check (B1 and B3, which
+        # calls it: 6 points)
         "snapshot_ex01": fill(good, b1_kv_function_answer=SNAPSHOT),
         # a full solution whose one broken cell (2 or 1 points) is the only loss
         "kill_ex01": fill(good, a2_ridge_answer=KILL),
