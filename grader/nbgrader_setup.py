@@ -6,8 +6,8 @@ the repository-root ``nbgrader_config.py``) the ``nbgrader`` command line:
 * source notebooks in ``solutions/<assignment>/``, the release in ``exercises/<assignment>/`` (committed);
 * submitted, autograded and feedback folders, the sqlite gradebook and the exchange under ``work_dir``
   (``grader/`` by default; git-ignored);
-* a per-cell execution timeout, restored test cells, outputs capped in size, and feedback that shows neither
-  hidden tests nor the tracebacks of test cells.
+* each kernel in a sandbox with a CPU-time budget per cell, restored test cells, outputs capped in size, and
+  feedback that shows neither hidden tests nor the tracebacks of test cells.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from nbgrader.preprocessors import (
     LimitOutput,
     SaveAutoGrades,
 )
-from nbgrader.preprocessors.execute import Execute
+from sandboxed_execute import SandboxedExecute
 from traitlets import Integer
 from traitlets.config import Config
 
@@ -40,8 +40,10 @@ REPO = Path(__file__).resolve().parent.parent
 COURSE_ID = "stage5-inference"
 SOURCE_DIR = "solutions"
 RELEASE_DIR = "exercises"
-# Seconds one cell may run before it is interrupted (an infinite loop then costs this much, once per cell).
+# CPU seconds one cell may use before it is interrupted (an infinite loop then costs this much, once per cell).
+# CPU time, not wall-clock: a busy machine gives a cell the same budget as a quiet one.
 CELL_TIMEOUT_S = int(os.environ.get("STAGE5_CELL_TIMEOUT", "10"))
+WALL_PER_CPU = 10  # wall-clock limit per cell = this x the CPU limit: only for a cell that waits without computing
 MAX_OUTPUT_CHARS = 20_000  # per output, after execution; a learner printing megabytes keeps the first part
 
 
@@ -113,14 +115,15 @@ def make_config(work_dir: str | Path | None = None, root: str | Path = REPO,
     c.CourseDirectory.feedback_directory = str(work / "feedback")
     c.CourseDirectory.db_url = f"sqlite:///{work / 'gradebook.db'}"
     c.Exchange.root = str(work / "exchange")
-    c.Execute.timeout = cell_timeout_s
+    c.SandboxedExecute.cell_cpu_s = cell_timeout_s  # the kernel runs in a sandbox (grader/sandboxed_execute.py)
+    c.Execute.timeout = WALL_PER_CPU * cell_timeout_s
     c.Execute.interrupt_on_timeout = True
     c.OverwriteCells.add_missing_cells = True
     c.LimitOutput.max_lines = 200
     c.LimitOutput.max_traceback = 40
     # nbgrader's default chain with outputs capped in size right after execution (the instructor still sees
     # full tracebacks in the autograded notebook; only the learner's feedback strips them)
-    c.Autograde.autograde_preprocessors = [Execute, LimitOutput, TruncateOutput, IgnorePattern,
+    c.Autograde.autograde_preprocessors = [SandboxedExecute, LimitOutput, TruncateOutput, IgnorePattern,
                                            ClearMetadataPreprocessor, SaveAutoGrades, AssignLatePenalties,
                                            CheckCellMetadata]
     c.GenerateFeedback.preprocessors = [GetGrades, ClearHiddenTests, StripTestTracebacks, TruncateOutput,

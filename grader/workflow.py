@@ -1,31 +1,44 @@
 """The instructor workflow, in-process: release, collect, autograde, feedback, export, summary.
 
-Everything goes through ``nbgrader.apps.NbGraderAPI`` (no command-line start-up per step). One bad submission
+Everything goes through ``nbgrader.apps.NbGraderAPI`` (no command-line start-up per step); each notebook's kernel
+runs in a sandbox (``sandboxed_execute.py``) and hidden checks run here (``host_checks.py``). One bad submission
 never stops the batch: a notebook that is not JSON is recorded with a score of 0 and a reason; a cell that loops
-forever is interrupted after the per-cell timeout; a deleted or edited test cell is restored from the
-gradebook and noted; a submission nbgrader cannot grade at all is recorded with its error's last line.
+forever is interrupted after its CPU-time budget; a deleted or edited test cell is restored from the gradebook and
+noted; a submission that cannot be graded for a reason not the learner's is retried once, then recorded as
+"not graded: retry". Each graded submission is recorded at once, so a re-run resumes and grades only what is new.
 """
 
 from __future__ import annotations
 
 import csv
+import hashlib
 import html
 import json
+import multiprocessing
 import re
 import shutil
 import tempfile
 import time
+import warnings
 import zipfile
-from dataclasses import dataclass, field
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from nbgrader.api import Gradebook, MissingEntry
 from nbgrader.apps import NbGraderAPI
 from nbgrader.plugins.export import CsvExportPlugin
 from nbgrader_setup import REPO, make_config
+from sqlalchemy.exc import SAWarning
 from traitlets.config import Config
 
 MAX_SUBMISSION_BYTES = 50 * 2**20  # a submitted file larger than this is not opened
+ATTEMPTS = 2  # a failure that is not the learner's (kernel start, the machine) is retried once, then reported
+NOT_GRADED = "not graded: retry"
+
+# nbgrader 0.9.6 with SQLAlchemy 2.0 warns about its own session handling on every autograde: not the instructor's
+# concern, and it buries the one line per learner that make grade prints.
+warnings.filterwarnings("ignore", category=SAWarning)
 
 
 @dataclass
@@ -35,7 +48,7 @@ class Result:
     student: str
     assignment: str
     source: str = ""
-    status: str = "ok"  # ok | invalid | error
+    status: str = "ok"  # ok | invalid | error | not graded: retry
     reasons: list[str] = field(default_factory=list)
     score: float = 0.0
     max_score: float = 0.0
@@ -43,10 +56,18 @@ class Result:
     manual_pending: float = 0.0
     failed: list[str] = field(default_factory=list)
     seconds: float = 0.0
+    sha256: str = ""  # of the submitted file: a re-run skips a submission already graded in this form
+    reused: bool = False  # graded by an earlier run, not this one
+
+    @property
+    def out_of(self) -> float:
+        """The points this score is out of: everything but what is still to be marked by hand."""
+        return self.max_score - self.manual_pending if self.max_score else self.auto_max
 
     def line(self) -> str:
         pending = f" (+{self.manual_pending:g} to mark by hand)" if self.manual_pending else ""
-        text = f"{self.student:<24} {self.assignment}  {self.score:5.1f} / {self.auto_max:g}{pending}  {self.status}"
+        score = "    -" if self.status == NOT_GRADED else f"{self.score:5.1f}"
+        text = f"{self.student:<24} {self.assignment}  {score} / {self.out_of:g}{pending}  {self.status}"
         if self.failed:
             text += f"; failed: {', '.join(self.failed)}"
         if self.reasons:
@@ -84,9 +105,12 @@ class Course:
         return (self.root / rel) / assignment
 
     # -------------------------------------------------------------------------------- collect
-    def collect(self, inbox: str | Path, assignment: str, release_nb: Path) -> list[Result]:
+    def collect(self, inbox: str | Path, assignment: str, release_nb: Path, regrade: bool = False) -> list[Result]:
         """Copy every notebook found in ``inbox`` (``.ipynb`` files, in folders or ``.zip`` archives) into the
-        submitted folder, one student per file; the student id comes from the file (or folder) name."""
+        submitted folder, one student per file; the student id comes from the file (or folder) name.
+
+        A submission graded by an earlier run, byte for byte the same, is reused as it was (unless ``regrade``):
+        a re-run grades only what is new, and a batch that crashed resumes where it stopped."""
         inbox = Path(inbox)
         found: dict[str, tuple[Path, str]] = {}
         with tempfile.TemporaryDirectory() as tmp:
@@ -97,12 +121,39 @@ class Course:
                 if student in found and found[student][0].stat().st_mtime > path.stat().st_mtime:
                     continue
                 found[student] = (path, label)
-            results = [self._take(student, path, label, assignment, release_nb)
-                       for student, (path, label) in sorted(found.items())]
+            results = []
+            for student, (path, label) in sorted(found.items()):
+                earlier = None if regrade else self._earlier(student, assignment, path)
+                results.append(earlier or self._take(student, path, label, assignment, release_nb))
         with Gradebook(self.db_url) as gb:
             for r in results:
                 gb.update_or_create_student(r.student)
         return results
+
+    def _record(self, student: str, assignment: str) -> Path:
+        return self.work / "graded" / assignment / f"{student}.json"
+
+    def _earlier(self, student: str, assignment: str, path: Path) -> Result | None:
+        """The result an earlier run recorded for exactly this file, if its autograded notebook is still there."""
+        record = self._record(student, assignment)
+        autograded = Path(self.config.CourseDirectory.autograded_directory) / student / assignment
+        if path.stat().st_size > MAX_SUBMISSION_BYTES or not record.exists() or not autograded.exists():
+            return None
+        try:
+            r = Result(**json.loads(record.read_text()))
+        except (ValueError, TypeError):
+            return None
+        if r.sha256 != _sha256(path) or r.status not in ("ok", "invalid"):
+            return None
+        r.reused, r.failed = True, []
+        return r
+
+    def _save_record(self, r: Result) -> None:
+        record = self._record(r.student, r.assignment)
+        record.parent.mkdir(parents=True, exist_ok=True)
+        tmp = record.with_suffix(".tmp")
+        tmp.write_text(json.dumps(asdict(r)))
+        tmp.replace(record)  # atomic: a crash leaves the old record or the new one
 
     def _take(self, student: str, path: Path, label: str, assignment: str, release_nb: Path) -> Result:
         r = Result(student, assignment, source=label)
@@ -113,53 +164,85 @@ class Course:
         if path.stat().st_size > MAX_SUBMISSION_BYTES:
             r.status, r.reasons = "invalid", [f"file is {path.stat().st_size / 2**20:.0f} MiB, over the limit"]
             return r
+        r.sha256 = _sha256(path)
         try:
             nb = json.loads(path.read_bytes())
             if not isinstance(nb, dict) or not isinstance(nb.get("cells"), list):
                 raise ValueError("no list of cells")
-        except (ValueError, UnicodeDecodeError) as err:
+        except (ValueError, UnicodeDecodeError, RecursionError) as err:
             r.status, r.reasons = "invalid", [f"not a valid notebook ({type(err).__name__})"]
             return r
+        nb, replaced = _scrub_unicode(nb)
+        if replaced:
+            r.reasons.append(f"{replaced} invalid Unicode character(s) replaced by U+FFFD")
         r.reasons += _tampering(nb, json.loads(release_nb.read_text()))
         dest.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(path, dest / release_nb.name)
+        (dest / release_nb.name).write_text(json.dumps(nb, ensure_ascii=False))
         return r
 
     # -------------------------------------------------------------------------------- grade
-    def autograde(self, results: list[Result]) -> None:
-        api = self.api()
-        for r in results:
-            if r.status != "ok":
-                continue
-            t0 = time.perf_counter()
-            out = api.autograde(r.assignment, r.student, force=True, create=True)
-            r.seconds = time.perf_counter() - t0
-            if not out["success"]:
-                r.status = "error"
-                r.reasons.append(f"could not be graded: {_last_line(out.get('error', ''))}")
-                continue
-            r.reasons += self._execution_problems(r)
+    def autograde(self, results: list[Result], jobs: int = 1) -> None:
+        """Autograde every collected submission, ``jobs`` at a time, each in its own sandbox. A failure that is not
+        the learner's is retried once, then reported as "not graded: retry" (never as a score of 0). Each result
+        is recorded as soon as it is graded, so a batch that crashes loses nothing already graded."""
+        todo = [r for r in results if r.status == "ok" and not r.reused]
+        errors: dict[str, str] = {}
+        for _ in range(ATTEMPTS):
+            again = []
+            for r, (ok, error, seconds) in self._autograde_each(todo, jobs):
+                r.seconds += seconds
+                if ok:
+                    r.reasons += self._execution_problems(r)
+                    self._save_record(r)
+                else:
+                    errors[r.student] = error
+                    again.append(r)
+            todo = again
+        for r in todo:
+            r.status = NOT_GRADED
+            r.reasons.append(f"tried {ATTEMPTS} times: {_last_line(errors[r.student])}")
+
+    def _autograde_each(self, todo: list[Result], jobs: int):
+        """(result, (success, error, seconds)) for each of ``todo``, in worker processes when ``jobs`` > 1."""
+        if jobs <= 1 or len(todo) <= 1:
+            for r in todo:
+                yield r, _autograde_one(self.config, r.assignment, r.student)
+            return
+        with ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("fork")) as pool:
+            futures = {pool.submit(_autograde_one, self.config, r.assignment, r.student): r for r in todo}
+            for future in as_completed(futures):
+                try:
+                    yield futures[future], future.result()
+                except Exception as err:  # noqa: BLE001 - a worker that died is retried like any other failure
+                    yield futures[future], (False, f"{type(err).__name__}: {err}", 0.0)
 
     def _execution_problems(self, r: Result) -> list[str]:
+        """One line per cell that the grader stopped or the kernel died in, naming the cell and the reason."""
         notes = []
         folder = Path(self.config.CourseDirectory.autograded_directory) / r.student / r.assignment
         for nb_path in folder.glob("*.ipynb"):
             nb = json.loads(nb_path.read_text())
             for cell in nb["cells"]:
+                gid = cell.get("metadata", {}).get("nbgrader", {}).get("grade_id", "a cell")
                 for out in cell.get("outputs", []):
                     if out.get("output_type") != "error":
                         continue
-                    gid = cell.get("metadata", {}).get("nbgrader", {}).get("grade_id", "a cell")
-                    if out.get("ename") == "CellTimeoutError":
-                        notes.append(f"{gid} timed out ({self.config.Execute.timeout} s) and was interrupted")
-                    elif out.get("ename") == "DeadKernelError":
-                        notes.append(f"the kernel died in {gid}")
+                    if out.get("ename") == "CellCPUTimeout":
+                        notes.append(f"{gid} timed out: {out.get('evalue', '').split(' ', 1)[-1]}")
+                    elif out.get("ename") == "CellTimeoutError":
+                        notes.append(f"{gid} timed out: no answer within {self.config.Execute.timeout} s "
+                                     "(wall-clock) and was interrupted")
+                    elif out.get("ename") in ("KernelDied", "NotebookTimeout"):
+                        notes.append(out.get("evalue", ""))
+                    elif out.get("ename") == "MemoryError":
+                        notes.append(f"{gid} ran out of memory (MemoryError: over the sandbox's limit)")
                 if any(o.get("output_type") == "stream" and "output truncated" in "".join(o.get("text", ""))
                        for o in cell.get("outputs", [])):
                     notes.append("very large output truncated")
         return list(dict.fromkeys(notes))
 
     def feedback(self, results: list[Result]) -> None:
+        """Feedback for every graded learner, kept ones too: marks given by hand since the last run appear."""
         api = self.api()
         for r in results:
             if r.status != "ok":
@@ -168,20 +251,25 @@ class Course:
             if not out["success"]:
                 r.reasons.append(f"no feedback: {_last_line(out.get('error', ''))}")
 
+    def _feedback_path(self, student: str, assignment: str) -> Path:
+        return Path(self.config.CourseDirectory.feedback_directory) / student / assignment / f"{assignment}.html"
+
     def feedback_text(self, student: str, assignment: str) -> str:
         """The text a learner reads in their feedback file (HTML tags removed), for checking what it reveals."""
-        path = Path(self.config.CourseDirectory.feedback_directory) / student / assignment / f"{assignment}.html"
-        return html.unescape(re.sub(r"<[^>]+>", "", path.read_text()))
+        return html.unescape(re.sub(r"<[^>]+>", "", self._feedback_path(student, assignment).read_text()))
 
     def scores(self, results: list[Result]) -> None:
-        """Fill score, maxima and failed checks from the gradebook."""
+        """Fill score, maxima, marks still to give by hand and failed checks from the gradebook (hand-given marks
+        included: run this again after marking in Formgrader)."""
         with Gradebook(self.db_url) as gb:
             for r in results:
                 assignment = gb.find_assignment(r.assignment)
                 r.max_score = assignment.max_score
-                r.auto_max = sum(g.max_score for nb in assignment.notebooks for g in nb.grade_cells
-                                 if not (g.cell_type == "markdown"))
-                r.manual_pending = r.max_score - r.auto_max
+                manual_cells = {(nb.name, g.name): g.max_score for nb in assignment.notebooks for g in nb.grade_cells
+                                if g.cell_type == "markdown"}
+                r.auto_max = r.max_score - sum(manual_cells.values())
+                r.manual_pending = sum(manual_cells.values())
+                r.failed = []
                 if r.status != "ok":
                     continue
                 try:
@@ -192,6 +280,8 @@ class Course:
                 for nb in sub.notebooks:
                     for grade in nb.grades:
                         if grade.cell.cell_type == "markdown":
+                            if grade.manual_score is not None:  # marked by hand already
+                                r.manual_pending -= grade.max_score
                             continue
                         if (grade.score or 0) < grade.max_score:
                             r.failed.append(grade.name)
@@ -208,22 +298,28 @@ class Course:
             w.writerow(["student", "assignment", "score", "auto_max", "manual_pending", "status", "failed_checks",
                         "reasons", "source", "seconds"])
             for r in results:
-                w.writerow([r.student, r.assignment, f"{r.score:g}", f"{r.auto_max:g}", f"{r.manual_pending:g}",
+                score = "" if r.status == NOT_GRADED else f"{r.score:g}"  # not a 0: nothing was graded
+                w.writerow([r.student, r.assignment, score, f"{r.auto_max:g}", f"{r.manual_pending:g}",
                             r.status, " ".join(r.failed), "; ".join(r.reasons), r.source, f"{r.seconds:.1f}"])
         return grades, summary
 
     # -------------------------------------------------------------------------------- all of it
-    def grade(self, inbox: str | Path, assignment: str, feedback: bool = True) -> list[Result]:
-        """Record the assignment, collect ``inbox``, autograde, write feedback and export. Returns the results."""
+    def grade(self, inbox: str | Path, assignment: str, feedback: bool = True, jobs: int = 1,
+              regrade: bool = False) -> list[Result]:
+        """Record the assignment, collect ``inbox``, autograde (``jobs`` at a time), write feedback and export.
+        Submissions graded by an earlier run in the same form are reused unless ``regrade``. Returns the results."""
         release = self.release(assignment, self.work / "release")
         notebooks = sorted(release.glob("*.ipynb"))
         if len(notebooks) != 1:
             raise RuntimeError(f"{assignment}: expected one notebook in the release, found {len(notebooks)}")
-        results = self.collect(inbox, assignment, notebooks[0])
-        self.autograde(results)
+        results = self.collect(inbox, assignment, notebooks[0], regrade=regrade)
+        self.autograde(results, jobs=jobs)
         if feedback:
             self.feedback(results)
         self.scores(results)
+        for r in results:
+            if r.status == "invalid" and not r.reused:
+                self._save_record(r)
         self.export(results)
         return results
 
@@ -293,6 +389,41 @@ def _tampering(submitted: dict, release: dict) -> list[str]:
         elif theirs[gid].strip() != src.strip():
             notes.append(f"test cell {gid} was edited (restored for grading)")
     return notes
+
+
+def _autograde_one(config: Config, assignment: str, student: str) -> tuple[bool, str, float]:
+    """nbgrader's autograde of one submission (run in a worker process when grading in parallel)."""
+    warnings.filterwarnings("ignore", category=SAWarning)
+    t0 = time.perf_counter()
+    try:
+        out = NbGraderAPI(config=Config(config)).autograde(assignment, student, force=True, create=True)
+    except Exception as err:  # noqa: BLE001 - reported and retried by the caller
+        return False, f"{type(err).__name__}: {err}", time.perf_counter() - t0
+    return bool(out["success"]), str(out.get("error") or out.get("log") or ""), time.perf_counter() - t0
+
+
+def _sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _scrub_unicode(value, count: list[int] | None = None):
+    """``value`` (parsed JSON) with lone surrogates, which no kernel message or file can carry, replaced by U+FFFD;
+    returns (clean value, number replaced)."""
+    top = count is None
+    count = [0] if top else count
+    if isinstance(value, str):
+        clean = value.encode("utf-8", "surrogatepass").decode("utf-8", "replace") if any(
+            "\ud800" <= ch <= "\udfff" for ch in value) else value
+        if clean != value:
+            count[0] += sum("\ud800" <= ch <= "\udfff" for ch in value)
+        out = clean
+    elif isinstance(value, list):
+        out = [_scrub_unicode(v, count) for v in value]
+    elif isinstance(value, dict):
+        out = {k: _scrub_unicode(v, count) for k, v in value.items()}
+    else:
+        out = value
+    return (out, count[0]) if top else out
 
 
 def _last_line(text: str) -> str:

@@ -88,3 +88,32 @@ def test_call_learner_turns_crashes_into_messages():
     with pytest.raises(GradingError, match="not written yet"):
         call_learner("B1", stub, m)
     assert call_learner("B1", lambda c: 2 * c.num_layers, m, blocked=blocked) == 24
+
+
+def test_stashed_copies_of_an_answer_are_blocked_too():
+    """A learner who saved stage5's answer before the check (in a default argument, a closure, a list, a dict or a
+    class) gets the stub while the check runs, and everything is restored after."""
+    from stage5.models import ModelConfig
+
+    original = ModelConfig.kv_bytes_per_token
+    stash = [original]
+    table = {"kv": original}
+
+    class Stash:
+        kv = original
+
+    def via_default(config, b=2, _ref=original):
+        return _ref(config, b)
+
+    def via_closure(ref):
+        return lambda config, b=2: ref(config, b)
+
+    m = get_model("gpt2")
+    blocked = ["stage5.models.ModelConfig.kv_bytes_per_token"]
+    for cheat in (via_default, via_closure(original), lambda c, b=2: stash[0](c, b),
+                  lambda c, b=2: table["kv"](c, b), lambda c, b=2: Stash.kv(c, b)):
+        with pytest.raises(GradingError, match="computes this answer for you"):
+            call_learner("B1", cheat, m, 2, blocked=blocked)
+        assert cheat(m, 2) == m.kv_bytes_per_token(2)  # restored
+    assert stash[0] is original and table["kv"] is original and Stash.kv is original
+    assert via_default.__defaults__ == (2, original)

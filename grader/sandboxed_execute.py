@@ -1,0 +1,300 @@
+"""nbgrader's Execute step with each submission's kernel in a disposable sandbox and CPU-time limits per cell.
+
+* The kernel starts inside bubblewrap (:mod:`stage5.grading.sandbox`) and talks to the grader over Unix sockets
+  in its scratch folder (the ``ipc`` transport), so it needs no network at all.
+* Each cell may use ``cell_cpu_s`` seconds of CPU time (the sandbox's processes together). Over that it is
+  interrupted; if it keeps computing (a long C call ignores the interrupt), the sandbox is killed. CPU time, not
+  wall-clock, so a correct notebook graded on a busy machine gets the same limits as on a quiet one; a generous
+  wall-clock limit only catches a cell that waits forever.
+* When the kernel dies in a cell (killed, out of memory, ``exit()``), that cell gets a one-line error naming the
+  reason, a fresh sandbox replays the cells that had run, and grading continues with the next cell: only the
+  cell that died loses its marks.
+"""
+
+from __future__ import annotations
+
+import ast
+import copy
+import signal
+import tempfile
+import threading
+import time
+import warnings
+from pathlib import Path
+from typing import Any
+
+import psutil
+from host_checks import HostChecks, split_hidden
+from jupyter_client.manager import AsyncKernelManager
+from nbclient.exceptions import DeadKernelError
+from nbformat import NotebookNode
+from nbgrader.preprocessors.execute import Execute
+from traitlets import Float, Instance, Integer
+
+from stage5.grading.remote import MAX_REPLY_CHARS
+from stage5.grading.sandbox import Limits, bwrap_command, isolation, limited_command
+
+MAX_RESTARTS = 4  # kernel deaths per notebook before the remaining cells are marked as not run
+
+
+def _has_error(cell: NotebookNode) -> bool:
+    return any(o.get("output_type") == "error" for o in cell.get("outputs", []))
+
+
+def _grade_label(cell: NotebookNode, index: int) -> str:
+    return cell.get("metadata", {}).get("nbgrader", {}).get("grade_id") or f"cell {index + 1}"
+
+
+class SandboxKernelManager(AsyncKernelManager):
+    """A kernel started inside the sandbox (or, where none can be built, only under the limits)."""
+
+    limits = Instance(Limits, args=())
+    scratch: Path
+
+    def format_kernel_cmd(self, extra_arguments: list[str] | None = None) -> list[str]:
+        cmd = limited_command(super().format_kernel_cmd(extra_arguments), self.limits)
+        if isolation()[0] == "bwrap":
+            cmd = bwrap_command(cmd, self.scratch)
+        return cmd
+
+    def sandbox_processes(self) -> list[psutil.Process]:
+        """The launched process (bwrap or the kernel) and everything below it."""
+        proc = getattr(self.provisioner, "process", None)
+        if proc is None or proc.poll() is not None:
+            return []
+        try:
+            root = psutil.Process(proc.pid)
+            return [root, *root.children(recursive=True)]
+        except psutil.NoSuchProcess:
+            return []
+
+    def cpu_seconds(self) -> float:
+        """CPU time used so far by every process in the sandbox (including finished children it waited for)."""
+        total = 0.0
+        for p in self.sandbox_processes():
+            try:
+                t = p.cpu_times()
+                total += t.user + t.system + t.children_user + t.children_system
+            except psutil.NoSuchProcess:
+                continue
+        return total
+
+    def signal_kernel_process(self, sig: int) -> None:
+        """Send ``sig`` to the kernel itself (inside bwrap, the innermost Python process)."""
+        procs = self.sandbox_processes()
+        kernels = [p for p in procs if "ipykernel" in " ".join(_cmdline(p))]
+        for p in kernels[-1:] or procs[-1:]:
+            try:
+                p.send_signal(sig)
+            except psutil.NoSuchProcess:
+                pass
+
+    def kill_sandbox(self) -> None:
+        """SIGKILL everything: bwrap's process namespace then takes every remaining process with it."""
+        for p in reversed(self.sandbox_processes()):
+            try:
+                p.kill()
+            except psutil.NoSuchProcess:
+                pass
+
+    async def _async_interrupt_kernel(self) -> None:
+        # the launched process is bwrap, which does not forward SIGINT: signal the kernel directly
+        self.signal_kernel_process(signal.SIGINT)
+
+    interrupt_kernel = _async_interrupt_kernel
+
+
+def _cmdline(p: psutil.Process) -> list[str]:
+    try:
+        return p.cmdline()
+    except (psutil.NoSuchProcess, psutil.AccessDenied):
+        return []
+
+
+class _CpuWatch(threading.Thread):
+    """Interrupt the kernel when a cell has used ``budget`` CPU seconds; kill the sandbox if it keeps going."""
+
+    def __init__(self, km: SandboxKernelManager, budget: float):
+        super().__init__(daemon=True)
+        self.km, self.budget = km, budget
+        self.start_cpu = km.cpu_seconds()
+        self.stop = threading.Event()
+        self.over = False  # the cell used more than its budget
+        self.killed = False
+
+    def run(self) -> None:
+        interrupted_at = None
+        while not self.stop.wait(0.2):
+            used = self.km.cpu_seconds() - self.start_cpu
+            if used > self.budget and interrupted_at is None:
+                self.over, interrupted_at = True, used
+                self.km.signal_kernel_process(signal.SIGINT)
+            elif interrupted_at is not None and used > interrupted_at + 2 + 0.25 * self.budget:
+                self.killed = True  # the interrupt did not stop it (a C call, or a caught KeyboardInterrupt)
+                self.km.kill_sandbox()
+                return
+
+
+class SandboxedExecute(Execute):
+    """Execute a submission in a sandbox, one cell at a time, with per-cell CPU limits and recovery from a dead
+    kernel. Errors it adds have ``ename`` ``CellCPUTimeout`` or ``KernelDied`` and a one-line ``evalue``."""
+
+    cell_cpu_s = Float(10.0, help="CPU seconds one cell may use").tag(config=True)
+    memory_bytes = Integer(Limits.memory_bytes, help="address space per sandboxed process").tag(config=True)
+    _warned = False
+    _asked_exit = False
+
+    def __init__(self, *args: Any, **kwargs: Any):
+        kwargs["kernel_manager_class"] = SandboxKernelManager
+        super().__init__(*args, **kwargs)
+
+    def _limits(self) -> Limits:
+        return Limits(cell_cpu_s=self.cell_cpu_s, memory_bytes=self.memory_bytes,
+                      notebook_cpu_s=max(600, int(60 * self.cell_cpu_s)))
+
+    def preprocess(self, nb: NotebookNode, resources: Any = None, km: Any = None):
+        mode, why = isolation()
+        if mode != "bwrap" and not SandboxedExecute._warned:
+            SandboxedExecute._warned = True
+            msg = (f"WARNING: learner notebooks run WITHOUT isolation ({why}). They can read and change every file "
+                   "this user can, including solutions/ and the gradebook. Install bubblewrap to grade safely.")
+            self.log.warning(msg)
+            warnings.warn(msg, RuntimeWarning, stacklevel=2)
+        from nbclient import NotebookClient
+
+        NotebookClient.__init__(self, nb, km)
+        self.reset_execution_trackers()
+        self._check_assign_resources(resources)
+        self.kernel_name = "python3"  # never the kernel the submission's metadata asks for
+        self.raise_on_iopub_timeout = False  # a long C call is not an error of the grader's
+        started = time.monotonic()
+        done: list[int] = []  # cells that ran to the end in the current kernel's lifetime (replayed after a death)
+        restarts = 0
+        host = HostChecks(self.nb.cells, self._ask)
+        with tempfile.TemporaryDirectory(prefix="stage5-sandbox-") as tmp:
+            index = 0
+            while index < len(self.nb.cells):
+                cell = self.nb.cells[index]
+                if cell.cell_type != "code" or not cell.source.strip():
+                    index += 1
+                    continue
+                if time.monotonic() - started > self._limits().notebook_wall_s:
+                    self._error(cell, "NotebookTimeout", "not run: the notebook ran out of its total time")
+                    index += 1
+                    continue
+                if self.km is None or self.kc is None:
+                    self._start(Path(tmp), done)
+                watch = _CpuWatch(self.km, self.cell_cpu_s)
+                watch.start()
+                self._asked_exit = False
+                split = split_hidden(cell)  # (what the kernel runs, the hidden checks the grader runs) or None
+                original = cell.source
+                verdict = None
+                try:
+                    if split:
+                        cell.source = split[0]
+                    self.execute_cell(cell, index, store_history=True)
+                    died = "it stopped (exit() or quit() in this cell)" if self._asked_exit else None
+                    if split and not died and not watch.over and not _has_error(cell):
+                        verdict = host.run(split[1])
+                except DeadKernelError:
+                    died = self._death_reason()
+                finally:
+                    cell.source = original
+                    watch.stop.set()
+                    watch.join()
+                if verdict and not watch.over:
+                    ename, _, evalue = verdict.partition(": ")
+                    self._error(cell, ename, evalue)
+                label = _grade_label(cell, index)
+                if watch.over:
+                    cell.outputs = [o for o in cell.outputs if o.get("output_type") != "error"]
+                    self._error(cell, "CellCPUTimeout", f"{label} used more than {self.cell_cpu_s:g} s of CPU time "
+                                f"and was {'stopped' if watch.killed or died else 'interrupted'}")
+                elif died:
+                    self._error(cell, "KernelDied", f"the kernel died in {label}: {died}")
+                if died or watch.killed:
+                    self._stop()
+                    restarts += 1
+                    if restarts > MAX_RESTARTS:
+                        for rest in self.nb.cells[index + 1:]:
+                            if rest.cell_type == "code" and rest.source.strip():
+                                self._error(rest, "KernelDied", "not run: the kernel died too many times")
+                        break
+                else:
+                    done.append(index)
+                index += 1
+            self._stop()
+        self.set_widgets_metadata()
+        return self.nb, self.resources
+
+    # ------------------------------------------------------------------------------------ kernel lifetime
+    def _start(self, tmp: Path, replay: list[int]) -> None:
+        scratch = Path(tempfile.mkdtemp(dir=tmp))
+        self.km = self.create_kernel_manager()
+        self.km.limits = self._limits()
+        self.km.scratch = scratch
+        self.km.transport = "ipc"
+        self.km.ip = str(scratch / "kernel")
+        self.km.connection_file = str(scratch / "kernel.json")
+        self.start_new_kernel(cwd=str(scratch))
+        self.start_new_kernel_client()
+        info = self.wait_for_reply(self.kc.kernel_info())
+        self.nb.metadata["language_info"] = info["content"]["language_info"]
+        for i in replay:  # rebuild the state of a kernel that died, without keeping these outputs
+            scratch_cell = copy.deepcopy(self.nb.cells[i])
+            watch = _CpuWatch(self.km, self.cell_cpu_s)
+            watch.start()
+            try:
+                self.execute_cell(scratch_cell, i, store_history=True)
+            except DeadKernelError:
+                break  # a cell that ran fine once died on replay: go on with the state built so far
+            finally:
+                watch.stop.set()
+                watch.join()
+
+    def _ask(self, expression: str) -> str:
+        """Evaluate ``expression`` in the learner's kernel (no output, no history); its value, which must be a
+        string. Raises DeadKernelError when the kernel died meanwhile, ValueError for anything else."""
+        msg_id = self.kc.execute("", silent=True, store_history=False, user_expressions={"r": expression})
+        reply = self.wait_for_reply(msg_id)
+        got = (reply or {}).get("content", {}).get("user_expressions", {}).get("r", {})
+        text = got.get("data", {}).get("text/plain", "") if got.get("status") == "ok" else ""
+        if not text or len(text) > 4 * MAX_REPLY_CHARS:
+            raise ValueError("no answer from the kernel")
+        value = ast.literal_eval(text)
+        if not isinstance(value, str):
+            raise ValueError("the kernel's answer is not a string")
+        return value
+
+    def on_cell_executed(self, **kwargs: Any) -> None:
+        super().on_cell_executed(**kwargs)
+        payload = kwargs["execute_reply"]["content"].get("payload", [])
+        if any(p.get("source") == "ask_exit" for p in payload):
+            self._asked_exit = True  # ipykernel answers exit() with a request to its front end to shut it down
+
+    def _stop(self) -> None:
+        if self.km is None:
+            return
+        try:
+            self.km.kill_sandbox()
+            self._cleanup_kernel()
+        except Exception:  # noqa: BLE001 - a dead sandbox may fail to shut down cleanly; it is gone either way
+            pass
+        self.km = self.kc = None
+
+    def _death_reason(self) -> str:
+        proc = getattr(getattr(self.km, "provisioner", None), "process", None)
+        code = proc.poll() if proc is not None else None
+        if code is None or code < 0 or code >= 128:
+            sig = -code if code is not None and code < 0 else (code - 128 if code else 9)
+            name = signal.Signals(sig).name if sig in {s.value for s in signal.Signals} else f"signal {sig}"
+            return f"it was killed ({name}: the cell killed it, or it ran out of memory or CPU time)"
+        if code == 0:
+            return "it stopped (exit(), quit() or sys.exit() in this cell?)"
+        return f"it exited with status {code}"
+
+    @staticmethod
+    def _error(cell: NotebookNode, ename: str, evalue: str) -> None:
+        cell.setdefault("outputs", []).append(NotebookNode(output_type="error", ename=ename, evalue=evalue,
+                                                           traceback=[f"{ename}: {evalue}"]))

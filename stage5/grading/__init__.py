@@ -1,0 +1,43 @@
+"""Grading support for the course exercises.
+
+The hidden tests of ``solutions/`` import their checks from here (``from stage5.grading import check_close``),
+so every name they use stays importable from the package itself:
+
+* :mod:`.checks` - numeric checks whose messages name the likely slip, never the expected value;
+* :mod:`.blocking` - stage5's own answers switched off while a learner's function runs;
+* :mod:`.ex02`, :mod:`.ex03` - the checks of one exercise each (ex01 and the clearing test use only the two above);
+* :mod:`.remote` - answers and calls carried between the learner's kernel and the grader, which runs the hidden
+  checks itself (grader/host_checks.py);
+* :mod:`.sandbox` - where a learner's notebook runs on the instructor's machine (bubblewrap, limits).
+"""
+
+from .blocking import UnavailableError, _learner_failures, call_learner, unavailable
+from .checks import UNIT_MISCONCEPTIONS, GB_PER_GiB, GradingError, check_close, diagnose, kv_misconceptions
+from .ex02 import (
+    SERVING_BLOCKED,
+    SERVING_CPU_SECONDS,
+    check_block_tables,
+    check_continuous,
+    check_metrics,
+    check_no_leaks,
+    check_outputs,
+    reference_run,
+    run_serving,
+)
+from .ex03 import (
+    DIAGNOSIS_BLOCKED,
+    DIAGNOSIS_FIELDS,
+    GAIN_FACTOR,
+    call_diagnose,
+    check_diagnosis,
+    describe_deployment,
+    reference_diagnosis,
+)
+
+__all__ = [
+    "DIAGNOSIS_BLOCKED", "DIAGNOSIS_FIELDS", "GAIN_FACTOR", "GB_PER_GiB", "SERVING_BLOCKED", "SERVING_CPU_SECONDS",
+    "UNIT_MISCONCEPTIONS", "GradingError", "UnavailableError", "_learner_failures", "call_diagnose", "call_learner",
+    "check_block_tables", "check_close", "check_continuous", "check_diagnosis", "check_metrics", "check_no_leaks",
+    "check_outputs", "describe_deployment", "diagnose", "kv_misconceptions", "reference_diagnosis",
+    "reference_run", "run_serving", "unavailable",
+]

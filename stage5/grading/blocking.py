@@ -1,0 +1,157 @@
+"""Switching stage5's own answers off while a learner's function runs, and learner crashes as one-line failures."""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import importlib
+import sys
+import types
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any
+
+from .checks import GradingError
+from .remote import RemoteFunction
+
+
+class UnavailableError(GradingError):
+    """Raised by a stage5 function that a learner's code may not call during a check."""
+
+
+def _resolve(target: str) -> tuple[Any, str]:
+    """'pkg.mod.func' or 'pkg.mod.Class.attr' -> (owner object, attribute name)."""
+    parts = target.split(".")
+    for cut in range(len(parts) - 1, 0, -1):
+        try:
+            owner: Any = importlib.import_module(".".join(parts[:cut]))
+        except ImportError:
+            continue
+        for attr in parts[cut:-1]:
+            owner = getattr(owner, attr)
+        return owner, parts[-1]
+    raise ValueError(f"cannot resolve {target!r}")
+
+
+def _stub(target: str, original: Any) -> Any:
+    def blocked(*args: Any, **kwargs: Any) -> Any:
+        raise UnavailableError(f"your code called {target}, which computes this answer for you; "
+                               "work it out from the config's fields instead")
+    if isinstance(original, property):
+        return property(blocked)
+    return blocked
+
+
+@contextlib.contextmanager
+def unavailable(*targets: str, namespaces: Iterable[dict[str, Any]] = (), deep: bool = False) -> Iterator[None]:
+    """Make the named functions, methods and properties raise :class:`UnavailableError` inside the block.
+
+    Besides the defining module or class, every loaded module's global of the same object (``from stage5.cost
+    import max_concurrency``) and each dict in ``namespaces`` (default: the notebook's ``__main__``) is patched,
+    and everything is restored on exit. ``deep`` also finds copies a learner stashed before the check (in a list,
+    a dict, a closure, a default argument, a class) through the garbage collector's referrers; it costs one pass
+    over the heap, so only checks that call a learner's function once in a while use it.
+    """
+    saved: list[tuple[Any, str, Any, bool]] = []  # (owner, name, original, is_dict)
+    try:
+        stubs: dict[int, tuple[Any, Any]] = {}  # id(original) -> stub, for functions that modules may hold under other names
+        for target in targets:
+            owner, name = _resolve(target)
+            original = owner.__dict__[name] if isinstance(owner, type) else getattr(owner, name)
+            stub = _stub(target, original)
+            saved.append((owner, name, original, False))
+            setattr(owner, name, stub)
+            if deep or not isinstance(owner, type):
+                stubs[id(original)] = (original, stub)
+        if deep and stubs:
+            _patch_referrers(stubs, saved)
+        if stubs:
+            # one pass over every namespace for all targets together (linear in modules + targets)
+            spaces = [*namespaces]
+            main = sys.modules.get("__main__")
+            if main is not None:
+                spaces.append(vars(main))
+            spaces += [space for module in list(sys.modules.values())
+                       if (space := getattr(module, "__dict__", None)) is not None]
+            for space in spaces:
+                for key, value in list(space.items()):
+                    hit = stubs.get(id(value))
+                    if hit is not None and hit[0] is value:
+                        saved.append((space, key, value, True))
+                        space[key] = hit[1]
+        yield
+    finally:
+        for owner, name, original, is_dict in reversed(saved):
+            if is_dict:
+                owner[name] = original
+            else:
+                setattr(owner, name, original)
+
+
+def _patch_referrers(stubs: dict[int, tuple[Any, Any]], saved: list[tuple[Any, Any, Any, bool]]) -> None:
+    """Replace every other reference to an original by its stub: in dicts, lists, closure cells, default
+    arguments and class attributes (recorded in ``saved`` for restoring)."""
+    originals = [original for original, _ in stubs.values()]
+
+    def stub_for(value: Any) -> Any:
+        hit = stubs.get(id(value))
+        return hit[1] if hit is not None and hit[0] is value else None
+
+    for ref in gc.get_referrers(*originals):
+        if ref is originals or ref is stubs:
+            continue
+        if isinstance(ref, dict):
+            classes = [c for c in gc.get_referrers(ref) if isinstance(c, type)]
+            for key, value in list(ref.items()):
+                stub = stub_for(value)
+                if stub is None:
+                    continue
+                owner = next((c for c in classes if c.__dict__.get(key) is value), None)
+                if owner is not None:  # a class attribute: through setattr, so the type's caches stay right
+                    saved.append((owner, key, value, False))
+                    setattr(owner, key, stub)
+                else:
+                    saved.append((ref, key, value, True))
+                    ref[key] = stub
+        elif isinstance(ref, list):
+            for i, value in enumerate(ref):
+                if (stub := stub_for(value)) is not None:
+                    saved.append((ref, i, value, True))
+                    ref[i] = stub
+        elif isinstance(ref, types.CellType):
+            if (stub := stub_for(ref.cell_contents)) is not None:
+                saved.append((ref, "cell_contents", ref.cell_contents, False))
+                ref.cell_contents = stub
+        elif isinstance(ref, tuple):
+            for func in gc.get_referrers(ref):
+                if isinstance(func, types.FunctionType) and func.__defaults__ is ref:
+                    saved.append((func, "__defaults__", ref, False))
+                    func.__defaults__ = tuple(stub_for(v) or v for v in ref)
+
+
+def call_learner(name: str, func: Callable[..., Any], *args: Any, blocked: Iterable[str] = (), **kwargs: Any) -> Any:
+    """Call a learner's function with ``blocked`` stage5 functions unavailable; turn any crash into a short,
+    learner-safe failure that names the check (no traceback of the hidden test). Given a
+    :class:`~stage5.grading.remote.RemoteFunction` (in the grader), the call happens in the learner's kernel."""
+    if isinstance(func, RemoteFunction):
+        if kwargs:
+            raise TypeError("a learner's function in the kernel takes positional arguments only")
+        return func.call(name, args, blocked)
+    if not callable(func):
+        raise GradingError(f"{name}: expected a function, got {type(func).__name__}")
+    with unavailable(*blocked, deep=True), _learner_failures(name, name):
+        return func(*args, **kwargs)
+
+
+@contextlib.contextmanager
+def _learner_failures(label: str, name: str) -> Iterator[None]:
+    """Turn whatever a learner's code raises into a one-line GradingError naming ``label`` (or ``name`` for a
+    function that is not written yet), never the hidden test's traceback."""
+    try:
+        yield
+    except UnavailableError as err:
+        raise GradingError(f"{label}: {err}") from None
+    except NotImplementedError:
+        raise GradingError(f"{name}: the function is not written yet (it raises NotImplementedError)") from None
+    except Exception as err:  # noqa: BLE001 - any learner crash becomes a graded failure
+        raise GradingError(f"{label}: your function raised {type(err).__name__}: {err}") from None
+

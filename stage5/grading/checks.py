@@ -1,0 +1,124 @@
+"""Numeric checks whose failure messages name the likely misconception and never the expected value."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+GB_PER_GiB = 2**30 / 10**9  # 1.0737...: a GiB is about 7% larger than a GB
+
+#: Ratios (learner / expected) worth naming in any numeric check about bytes or time.
+UNIT_MISCONCEPTIONS: dict[float, str] = {
+    GB_PER_GiB: "about 7% too large: did you mix decimal GB (1e9 bytes) and binary GiB (2**30 bytes)?",
+    1 / GB_PER_GiB: "about 7% too small: did you mix decimal GB (1e9 bytes) and binary GiB (2**30 bytes)?",
+    1e3: "1000x too large: check the unit asked for (ms vs s, or kB vs bytes)",
+    1e-3: "1000x too small: check the unit asked for (ms vs s, or kB vs bytes)",
+    1e6: "a million times too large: check the unit asked for",
+    1e-6: "a million times too small: check the unit asked for",
+    8.0: "8x too large: did you count bits instead of bytes?",
+}
+
+
+class GradingError(AssertionError):
+    """A failed hidden check: the message is safe to show a learner."""
+
+
+def _as_number(name: str, got: Any) -> float:
+    if isinstance(got, bool):
+        raise GradingError(f"{name}: expected a number, got a bool ({got!r})")
+    try:
+        value = float(got)
+    except (TypeError, ValueError):
+        raise GradingError(f"{name}: expected a number, got {type(got).__name__}") from None
+    if not math.isfinite(value):
+        raise GradingError(f"{name}: expected a finite number, got {value!r}")
+    return value
+
+
+def _close(a: float, b: float, rel_tol: float, abs_tol: float) -> bool:
+    return math.isclose(a, b, rel_tol=rel_tol, abs_tol=abs_tol)
+
+
+def diagnose(got: float, expected: float, rel_tol: float = 0.02,
+             misconceptions: Mapping[float, str] | None = None,
+             wrong_answers: Iterable[tuple[float, str]] = ()) -> str:
+    """A learner-safe description of how ``got`` differs from ``expected`` (without stating ``expected``).
+
+    Known wrong answers are tried first (exact alternatives computed under a misconception), then the ratio
+    ``got / expected`` against ``misconceptions`` (course-specific first, then unit slips); otherwise only the
+    direction and a rough size of the error are given.
+    """
+    hints = []
+    for value, hint in wrong_answers:
+        if _close(got, float(value), rel_tol, 0.0) and hint not in hints:
+            hints.append(hint)
+    if hints:
+        return "; or ".join(hints)
+    if expected == 0:
+        return "should be zero" if got != 0 else ""
+    ratio = got / expected
+    table = dict(UNIT_MISCONCEPTIONS)
+    table.update(misconceptions or {})
+    # course-specific hints first, unit slips after; several may share a ratio
+    ordered = list((misconceptions or {}).items()) + [kv for kv in table.items()
+                                                      if kv[0] not in (misconceptions or {})]
+    for r, hint in ordered:
+        if r > 0 and _close(ratio, r, rel_tol, 0.0) and hint not in hints:
+            hints.append(hint)
+    if hints:
+        return "; or ".join(hints)
+    if ratio <= 0:
+        return "has the wrong sign" if ratio < 0 else "is zero"
+    direction = "too large" if ratio > 1 else "too small"
+    size = abs(math.log10(ratio))
+    if size >= 1:
+        return f"{direction} by roughly {10 ** round(size):,}x: check units and which quantities you used"
+    if size >= math.log10(1.5):
+        return f"{direction} by a large factor (under 10x): re-check the formula"
+    return f"{direction} (off by more than {rel_tol:.0%}): re-check the inputs and unit conversions"
+
+
+def check_close(name: str, got: Any, expected: float, rel_tol: float = 0.02, abs_tol: float = 0.0,
+                misconceptions: Mapping[float, str] | None = None,
+                wrong_answers: Iterable[tuple[float, str]] = ()) -> None:
+    """Pass when ``got`` is within ``rel_tol`` (or ``abs_tol``) of ``expected``; else raise :class:`GradingError`.
+
+    ``misconceptions`` maps a ratio got/expected to a hint ("about 8x too large: query heads instead of
+    key-value heads?"); ``wrong_answers`` lists (value, hint) pairs computed under a misconception. The
+    message names the check and the hint, never the expected value.
+    """
+    value = _as_number(name, got)
+    expected = float(expected)
+    if _close(value, expected, rel_tol, abs_tol):
+        return
+    raise GradingError(f"{name}: {diagnose(value, expected, rel_tol, misconceptions, wrong_answers)}")
+
+
+
+def _add(hints: dict[float, str], ratio: float, text: str) -> None:
+    for r in hints:
+        if math.isclose(r, ratio, rel_tol=1e-9):
+            hints[r] = f"{hints[r]}; or {text}"
+            return
+    hints[ratio] = text
+
+
+def kv_misconceptions(config: Any) -> dict[float, str]:
+    """Ratio hints for a KV-cache size of ``config`` (a :class:`stage5.models.ModelConfig`): query heads
+    instead of key-value heads, the missing factor 2 for K and V, FP32 bytes, hidden_size/num_heads in place
+    of head_dim, a forgotten layer count."""
+    hints: dict[float, str] = {}
+    _add(hints, 0.5, "half the right size: did you forget the factor 2 for keys and values?")
+    _add(hints, 2.0, "twice the right size: did you count 4 bytes per element (FP32) instead of the stated width?")
+    if config.num_heads != config.num_kv_heads:
+        g = config.num_heads / config.num_kv_heads
+        _add(hints, g, f"about {g:g}x too large: did you use query heads (num_heads) instead of key-value heads "
+                       "(num_kv_heads)?")
+    per_head = config.hidden_size / config.num_heads
+    if not math.isclose(per_head, config.head_dim):
+        _add(hints, per_head / config.head_dim,
+             "the per-head width is off: use config.head_dim rather than hidden_size / num_heads")
+    _add(hints, 1 / config.num_layers, "far too small: did you forget to multiply by the number of layers?")
+    return hints
+

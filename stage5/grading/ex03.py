@@ -1,0 +1,122 @@
+"""Exercise 3 (diagnose a deployment) and the clearing test's lever question: checks against stage5.levers."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+from .blocking import _learner_failures, unavailable
+from .checks import GradingError, _as_number
+from .remote import RemoteFunction
+
+#: What a learner's ``diagnose`` may not call while it is checked: the reference itself and every cost-model
+#: function that would do the step-time, prefill, concurrency or speculation arithmetic for it. The registries
+#: (get_model, get_gpu), ModelConfig's fields and Hardware's datasheet numbers stay available.
+DIAGNOSIS_BLOCKED: tuple[str, ...] = (
+    "stage5.levers.diagnose_reference", "stage5.levers.lever_gains", "stage5.levers.request_seconds",
+    "stage5.levers.dollars_per_million", "stage5.levers.latency_s", "stage5.levers.max_batch_within_slo",
+    "stage5.levers.cost_terms", "stage5.simulator.simulate",
+    "stage5.cost.decode_step", "stage5.cost.tpot_s", "stage5.cost.prefill_step", "stage5.cost.ttft_s",
+    "stage5.cost.request_gpu_seconds", "stage5.cost.speculative_speedup",
+    "stage5.cost.expected_tokens_per_verification", "stage5.cost.max_concurrency", "stage5.cost.kv_budget_bytes",
+    "stage5.cost.cost_per_million_tokens", "stage5.cost.decode_throughput", "stage5.cost.cost_terms",
+    "stage5.cost.mixed_tpot_s",
+    "stage5.quantization.end_to_end_gain", "stage5.quantization.decode_step_gain",
+)
+DIAGNOSIS_FIELDS = ("phase", "decode_bound", "best_lever", "gain")
+GAIN_FACTOR = 2.0  # a predicted gain passes when within this factor of the reference's
+
+
+def reference_diagnosis(dep: Mapping[str, Any]) -> Any:
+    """:func:`stage5.levers.diagnose_reference` for a learner-style deployment dict (ex03's ``Deployment``)."""
+    from stage5 import levers
+
+    return levers.diagnose_reference(
+        dep["model"], dep["gpu"], dep["num_gpus"], dep["prompt"], dep["output"], dep["concurrency"],
+        dep["objective"], weights=dep.get("weights", "bf16"), kv=dep.get("kv", "bf16"),
+        prefix_hit=dep.get("prefix_hit", 0.5), alpha=dep.get("alpha", 0.7), k=dep.get("k", 4),
+        draft_cost=dep.get("draft_cost", 0.05), tpot_slo_s=dep.get("tpot_slo_s", levers.DEFAULT_TPOT_SLO_S))
+
+
+def describe_deployment(dep: Mapping[str, Any]) -> str:
+    """A short learner-facing label for a deployment (it names the inputs, which the learner may see)."""
+    return (f"{dep['model']} on {dep['num_gpus']} x {dep['gpu']}, prompt {dep['prompt']:,}, output {dep['output']:,}, "
+            f"concurrency {dep['concurrency']}, {dep.get('weights', 'bf16')} weights, {dep.get('kv', 'bf16')} KV, "
+            f"objective {dep['objective']}")
+
+
+def _lever_hint(got: str, ref: Any, dep: Mapping[str, Any]) -> str:
+    """Why the named lever is not the best one here, without naming the one that is."""
+    gains = ref.gains
+    if got not in gains:
+        return f"best_lever should be one of {', '.join(sorted(gains))}"
+    if got == "speculative":
+        if gains["speculative"] < 1.05:
+            return ("speculative decoding gains little or loses here: verifying k+1 tokens per sequence multiplies "
+                    "the arithmetic, and at this concurrency the verify pass is no longer free")
+        return "speculative decoding helps here, but another lever helps clearly more"
+    if got == "prefix_caching":
+        if ref.prefill_share < 0.5:
+            return ("prefix caching only removes prefill work, and most of this request's cost is decode: "
+                    "a long prompt alone does not make it the first lever")
+        return "prefix caching helps here, but another lever helps clearly more"
+    if got == "quantization":
+        return ("FP8 halves the bytes of whatever is quantized, but not the time of a compute-bound step or of a "
+                "part already in 8 bits: count the weight and KV traffic (and the FLOPs) before and after")
+    if dep["objective"] == "latency":
+        return "under the latency objective a larger batch makes every step slower for each user"
+    return ("batching is limited here: by the KV memory at the full sequence length and by the TPOT limit; "
+            "check how far concurrency can actually rise and what each step then costs")
+
+
+def check_diagnosis(name: str, got: Any, dep: Mapping[str, Any], fields: Iterable[str] = DIAGNOSIS_FIELDS,
+                    gain_factor: float = GAIN_FACTOR) -> None:
+    """Compare a learner's diagnosis dict with the reference for ``dep``: ``phase``, ``decode_bound`` and
+    ``best_lever`` exactly, ``gain`` (of the best lever) within ``gain_factor``. The message names the
+    deployment and the misconception, never the expected value."""
+    label = f"{name} ({describe_deployment(dep)})"
+    if not isinstance(got, Mapping):
+        raise GradingError(f"{label}: expected a dict with keys {', '.join(DIAGNOSIS_FIELDS)}, "
+                           f"got {type(got).__name__}")
+    fields = list(fields)
+    missing = [f for f in fields if f not in got]
+    if missing:
+        raise GradingError(f"{label}: the dict lacks {', '.join(missing)}")
+    ref = reference_diagnosis(dep)
+    if "phase" in fields and got["phase"] != ref.phase:
+        raise GradingError(f"{label}: phase is wrong: compare the prefill seconds of one request with its share of "
+                           "decode (output x step time / concurrency), KV reads included in the step")
+    if "decode_bound" in fields and got["decode_bound"] != ref.decode_bound:
+        hint = ("you may have left out the KV-cache reads (batch x context x KV bytes per token)"
+                if got["decode_bound"] == "compute" else
+                "compare the step's FLOPs at the achieved FLOP/s (MFU, and the FP8 rate for 8-bit weights) with "
+                "its bytes at the bandwidth")
+        raise GradingError(f"{label}: decode_bound is wrong: {hint}")
+    if "best_lever" in fields and got["best_lever"] != ref.best_lever:
+        raise GradingError(f"{label}: best_lever is wrong: {_lever_hint(str(got['best_lever']), ref, dep)}")
+    if "gain" in fields:
+        value = _as_number(f"{label}: gain", got["gain"])
+        want = ref.gains[ref.best_lever]
+        if not (want / gain_factor <= value <= want * gain_factor):
+            direction = "too large" if value > want else "too small"
+            raise GradingError(f"{label}: the gain is {direction} by more than {gain_factor:g}x: "
+                               + ("did you leave out the KV reads, which grow with the batch?"
+                                  if direction == "too large" and ref.best_lever == "batching" else
+                                  "re-check the step time before and after the lever"))
+
+
+def call_diagnose(name: str, func: Callable[..., Any], deps: Iterable[Mapping[str, Any]],
+                  blocked: Iterable[str] = DIAGNOSIS_BLOCKED) -> list[Any]:
+    """Call a learner's ``diagnose`` on each deployment (a fresh copy of each dict) with ``blocked`` stage5
+    functions unavailable throughout; crashes become learner-safe failures naming the deployment."""
+    if isinstance(func, RemoteFunction):  # in the grader: each call happens in the learner's kernel
+        return func.call_many([(f"{name} ({describe_deployment(dep)})", (dict(dep),)) for dep in deps], blocked)
+    if not callable(func):
+        raise GradingError(f"{name}: expected a function, got {type(func).__name__}")
+    out = []
+    with unavailable(*blocked, deep=True):
+        for dep in deps:
+            with _learner_failures(f"{name} ({describe_deployment(dep)})", name):
+                out.append(func(dict(dep)))
+    return out
+
