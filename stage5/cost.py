@@ -219,16 +219,24 @@ def decode_intensity(batch: ArrayLike, bytes_per_param: float = 2.0) -> np.ndarr
     return 2.0 * np.asarray(batch, dtype=float) / bytes_per_param
 
 
+def experts_touched(num_experts: int, experts_per_token: int, tokens: ArrayLike) -> np.ndarray:
+    """Expected distinct experts of one MoE layer that at least one of ``tokens`` tokens is routed to, assuming
+    uniform, independent routing: each expert is missed by one token with probability 1 - k/E, so
+    E (1 - (1 - k/E)^B). Real routers are skewed, which touches fewer experts at small batch."""
+    b = np.asarray(tokens, dtype=float)
+    return num_experts * (1 - (1 - experts_per_token / num_experts) ** b)
+
+
 def weight_bytes_read(dep: Deployment, batch: ArrayLike = 1) -> np.ndarray:
     """Weight bytes one decode step reads. Dense: all of them. MoE: shared weights plus the experts that at
-    least one of the ``batch`` tokens is routed to, assuming uniform routing (E (1 - (1 - k/E)^B) experts)."""
+    least one of the ``batch`` tokens is routed to (:func:`experts_touched`, uniform routing)."""
     m = dep.model
     b = np.asarray(batch, dtype=float)
     if m.num_experts == 1:
         return np.broadcast_to(dep.weight_total_bytes, b.shape).astype(float)
     expert = m._expert_params() * m.moe_layers  # one routed expert, summed over the MoE layers
     shared = m.num_params - m.num_experts * expert
-    touched = m.num_experts * (1 - (1 - m.experts_per_token / m.num_experts) ** b)
+    touched = experts_touched(m.num_experts, m.experts_per_token, b)
     return (shared + touched * expert) * dep.weight_bytes
 
 
