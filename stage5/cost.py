@@ -389,23 +389,27 @@ def mixed_step(dep: Deployment, batch: ArrayLike, context: ArrayLike, chunk: Arr
                     dec.extra_s + allreduce_s(dep, b + c) - allreduce_s(dep, b))
 
 
-def mixed_tpot_s(dep: Deployment, concurrency: ArrayLike, prompt: ArrayLike, output: ArrayLike) -> np.ndarray:
+def mixed_tpot_s(dep: Deployment, concurrency: ArrayLike, prompt: ArrayLike, output: ArrayLike,
+                 prefix_hit: ArrayLike = 0.0) -> np.ndarray:
     """Inter-token latency of ``concurrency`` requests of ``prompt`` + ``output`` tokens in steady state, at the
     mean context (prompt + output / 2).
 
     Floor, or estimate with ``mixed_step`` off: a pure decode step. Estimate: each step also carries a chunk
-    (:func:`mixed_step`) of the other ``concurrency - 1`` requests' prefills, ``prompt / output`` prompt tokens
-    per output token each, at most the step's token budget less the decode tokens; the chunk's tokens sit on
-    average half a prompt in.
+    (:func:`mixed_step`) of the other ``concurrency - 1`` requests' prefills, ``prompt x (1 - prefix_hit) /
+    output`` computed prompt tokens per output token each (the cached prefix is not prefilled), at most the
+    step's token budget less the decode tokens; the chunk's tokens sit on average half the computed part in,
+    after the cached prefix.
     """
     c = _positive(concurrency, "concurrency")
     p = _positive(prompt, "prompt")
     o = _positive(output, "output")
+    hit = _fraction(prefix_hit, "prefix_hit")
     est = dep.estimate
     if est is None or not est.mixed_step:
         return decode_step(dep, c, p + o / 2).time_s
-    chunk = np.clip((c - 1) * p / o, 0, np.maximum(est.step_token_budget - c, 0))
-    return mixed_step(dep, c, p + o / 2, chunk, p / 2).time_s
+    computed = p * (1 - hit)
+    chunk = np.clip((c - 1) * computed / o, 0, np.maximum(est.step_token_budget - c, 0))
+    return mixed_step(dep, c, p + o / 2, chunk, p * hit + computed / 2).time_s
 
 
 def ttft_s(dep: Deployment, prompt_tokens: ArrayLike, prefix_hit: ArrayLike = 0.0) -> np.ndarray:

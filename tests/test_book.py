@@ -25,7 +25,7 @@ ROOT = Path(__file__).resolve().parents[1]
 BOOK = ROOT / "book"
 # Every numbered chapter notebook in book/ gets the checks below, so a new chapter cannot skip them.
 CHAPTERS = sorted(p.stem for p in BOOK.glob("[0-9][0-9]_*.ipynb"))
-PAGES = ["intro", *CHAPTERS, "glossary", "errata", "references"]
+PAGES = ["intro", *CHAPTERS, "appendix_vllm", "glossary", "errata", "references"]
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                   "--disable-background-networking", "--disable-component-update", "--disable-sync"]
