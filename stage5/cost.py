@@ -219,16 +219,24 @@ def decode_intensity(batch: ArrayLike, bytes_per_param: float = 2.0) -> np.ndarr
     return 2.0 * np.asarray(batch, dtype=float) / bytes_per_param
 
 
+def experts_touched(num_experts: int, experts_per_token: int, tokens: ArrayLike) -> np.ndarray:
+    """Expected distinct experts of one MoE layer that at least one of ``tokens`` tokens is routed to, assuming
+    uniform, independent routing: each expert is missed by one token with probability 1 - k/E, so
+    E (1 - (1 - k/E)^B). Real routers are skewed, which touches fewer experts at small batch."""
+    b = np.asarray(tokens, dtype=float)
+    return num_experts * (1 - (1 - experts_per_token / num_experts) ** b)
+
+
 def weight_bytes_read(dep: Deployment, batch: ArrayLike = 1) -> np.ndarray:
     """Weight bytes one decode step reads. Dense: all of them. MoE: shared weights plus the experts that at
-    least one of the ``batch`` tokens is routed to, assuming uniform routing (E (1 - (1 - k/E)^B) experts)."""
+    least one of the ``batch`` tokens is routed to (:func:`experts_touched`, uniform routing)."""
     m = dep.model
     b = np.asarray(batch, dtype=float)
     if m.num_experts == 1:
         return np.broadcast_to(dep.weight_total_bytes, b.shape).astype(float)
     expert = m._expert_params() * m.moe_layers  # one routed expert, summed over the MoE layers
     shared = m.num_params - m.num_experts * expert
-    touched = m.num_experts * (1 - (1 - m.experts_per_token / m.num_experts) ** b)
+    touched = experts_touched(m.num_experts, m.experts_per_token, b)
     return (shared + touched * expert) * dep.weight_bytes
 
 
@@ -381,23 +389,27 @@ def mixed_step(dep: Deployment, batch: ArrayLike, context: ArrayLike, chunk: Arr
                     dec.extra_s + allreduce_s(dep, b + c) - allreduce_s(dep, b))
 
 
-def mixed_tpot_s(dep: Deployment, concurrency: ArrayLike, prompt: ArrayLike, output: ArrayLike) -> np.ndarray:
+def mixed_tpot_s(dep: Deployment, concurrency: ArrayLike, prompt: ArrayLike, output: ArrayLike,
+                 prefix_hit: ArrayLike = 0.0) -> np.ndarray:
     """Inter-token latency of ``concurrency`` requests of ``prompt`` + ``output`` tokens in steady state, at the
     mean context (prompt + output / 2).
 
     Floor, or estimate with ``mixed_step`` off: a pure decode step. Estimate: each step also carries a chunk
-    (:func:`mixed_step`) of the other ``concurrency - 1`` requests' prefills, ``prompt / output`` prompt tokens
-    per output token each, at most the step's token budget less the decode tokens; the chunk's tokens sit on
-    average half a prompt in.
+    (:func:`mixed_step`) of the other ``concurrency - 1`` requests' prefills, ``prompt x (1 - prefix_hit) /
+    output`` computed prompt tokens per output token each (the cached prefix is not prefilled), at most the
+    step's token budget less the decode tokens; the chunk's tokens sit on average half the computed part in,
+    after the cached prefix.
     """
     c = _positive(concurrency, "concurrency")
     p = _positive(prompt, "prompt")
     o = _positive(output, "output")
+    hit = _fraction(prefix_hit, "prefix_hit")
     est = dep.estimate
     if est is None or not est.mixed_step:
         return decode_step(dep, c, p + o / 2).time_s
-    chunk = np.clip((c - 1) * p / o, 0, np.maximum(est.step_token_budget - c, 0))
-    return mixed_step(dep, c, p + o / 2, chunk, p / 2).time_s
+    computed = p * (1 - hit)
+    chunk = np.clip((c - 1) * computed / o, 0, np.maximum(est.step_token_budget - c, 0))
+    return mixed_step(dep, c, p + o / 2, chunk, p * hit + computed / 2).time_s
 
 
 def ttft_s(dep: Deployment, prompt_tokens: ArrayLike, prefix_hit: ArrayLike = 0.0) -> np.ndarray:

@@ -22,6 +22,7 @@ PUBLISHED = {
     "qwen2.5-72b": 72_706_203_648,
     "mixtral-8x7b": 46_702_792_704,
     "gpt2": 124_439_808,
+    "deepseek-v2-lite": 15.7e9,  # its model card's "15.7B" (the one MLA model in the registry: chapter 12)
 }
 
 
