@@ -12,6 +12,7 @@ JupyterLab 4.1+ locks a disabled plugin so the learner cannot re-enable it from 
 ``jupyter server extension disable`` refuses nbgrader 0.9.6's sub-modules ("could not be found").
 
     python hub/lab_profiles.py learner .jupyter/learner
+    python hub/lab_profiles.py instructor .jupyter/instructor   # also creates the course's exchange folder
 """
 
 from __future__ import annotations
@@ -81,6 +82,23 @@ def write_profile(name: str, config_dir: str | Path) -> Path:
     return folder
 
 
+def prepare_exchange(config=None) -> Path:
+    """Create the exchange folder the course's nbgrader config names (``grader/exchange`` on one machine).
+
+    Formgrader lists the exchange when it starts; a missing folder makes it warn that the exchange "does not
+    exist and could not be created" and turns release and collect off. On one machine the instructor is the
+    only account, so the folder needs no shared permissions.
+    """
+    if config is None:
+        sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "grader"))
+        from nbgrader_setup import make_config
+
+        config = make_config()
+    root = Path(config.Exchange.root)
+    root.mkdir(parents=True, exist_ok=True)
+    return root
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("profile", help=f"one of: {', '.join(PROFILES)}")
@@ -92,6 +110,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {err}", file=sys.stderr)
         return 2
     print(f"{args.profile} lab config in {folder}: {PROFILES[args.profile].description}")
+    if args.profile == "instructor":
+        print(f"exchange for Formgrader's release and collect: {prepare_exchange()}")
     return 0
 
 
