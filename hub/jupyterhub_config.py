@@ -39,12 +39,13 @@ c.Spawner.start_timeout = 120
 def _config_path(spawner) -> str:
     """Learners get the Assignments list and no instructor tools; the instructor also the course list."""
     profile = "hub-instructor" if spawner.user.name == site["instructor"] else "hub-learner"
-    return os.pathsep.join([dirs[profile], dirs["nbgrader"]])
+    return os.pathsep.join([dirs[profile], dirs["nbgrader"], site["env_config"]])
 
 
 c.Spawner.environment = {
     "JUPYTER_CONFIG_PATH": _config_path,
-    # the lab's assets and nbgrader's extensions live in the course environment's share/jupyter
+    # the lab's assets and nbgrader's extensions live in the course environment's share/jupyter (and which
+    # server extensions are on, in its etc/jupyter, last on the config path above)
     "JUPYTER_PATH": site["jupyter_path"],
     "LD_LIBRARY_PATH": site["library_path"],  # a copied interpreter finds its libpython there
     "PATH": PATH,
@@ -54,7 +55,7 @@ c.Spawner.environment = {
 # nbgrader: the service is named after the course and instructors reach it through a formgrade-<course> group.
 grader_env = {
     "JUPYTERHUB_DEFAULT_URL": "/formgrader",
-    "JUPYTER_CONFIG_PATH": dirs["instructor"],
+    "JUPYTER_CONFIG_PATH": os.pathsep.join([dirs["instructor"], site["env_config"]]),
     "JUPYTER_PATH": site["jupyter_path"],
     "LD_LIBRARY_PATH": site["library_path"],
     "PATH": PATH,

@@ -22,6 +22,7 @@ What it sets up (as root: LocalProcessSpawner runs each server as the user's own
 from __future__ import annotations
 
 import argparse
+import grp
 import json
 import os
 import pwd
@@ -98,6 +99,8 @@ class HubSite:
                     config_dirs={p: str(self.config_dir(p)) for p in ("hub-learner", "hub-instructor",
                                                                       "instructor", "nbgrader")},
                     jupyter_path=str(Path(sys.prefix) / "share" / "jupyter"),
+                    # the course environment's own config (which server extensions are on: JupyterLab, nbgrader)
+                    env_config=str(Path(sys.prefix) / "etc" / "jupyter"),
                     library_path=runtime_library_path(self.runtime_python) if self.runtime_python else "")
         path.write_text(json.dumps(data, indent=2))
         path.chmod(0o600)  # holds the shared password and the driver token
@@ -190,7 +193,9 @@ def create_accounts(site: HubSite) -> None:
         try:
             pwd.getpwnam(user)
         except KeyError:
-            subprocess.run(["useradd", "--create-home", "--shell", "/bin/bash", user], check=True)
+            # a group of that name may be left from an interrupted clean-up: reuse it as the primary group
+            group = ["--gid", user] if _group_exists(user) else ["--user-group"]
+            subprocess.run(["useradd", "--create-home", "--shell", "/bin/bash", *group, user], check=True)
         home = Path(pwd.getpwnam(user).pw_dir)
         home.chmod(0o700)
 
@@ -204,6 +209,17 @@ def remove_accounts(site: HubSite) -> None:
             continue
         subprocess.run(["pkill", "-KILL", "-u", user], capture_output=True)
         subprocess.run(["userdel", "--remove", user], capture_output=True)
+    for user in site.accounts:
+        if _group_exists(user):
+            subprocess.run(["groupdel", user], capture_output=True)
+
+
+def _group_exists(name: str) -> bool:
+    try:
+        grp.getgrnam(name)
+    except KeyError:
+        return False
+    return True
 
 
 def prepare_exchange(site: HubSite) -> None:

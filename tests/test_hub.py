@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import secrets
 import shutil
 import subprocess
@@ -220,6 +221,18 @@ def test_formgrader_is_for_the_instructor_only(hub, term):
     assert hub.formgrader("GET", "status", site.instructor).status_code == 200
     for user in site.learner_names:
         assert hub.formgrader("GET", "status", user).status_code == 403, f"{user} reached Formgrader"
+
+
+def test_learners_lab_has_the_assignments_list_and_no_instructor_tools(hub, term):
+    user = hub.site.learner_names[0]
+    r = hub.server("GET", user, "lab")
+    assert r.status_code == 200, f"{user}'s JupyterLab: {r.status_code}"
+    page = json.loads(re.search(r'<script id="jupyter-config-data" type="application/json">(.*?)</script>',
+                                r.text, re.S).group(1))
+    disabled = page.get("disabledExtensions") or []
+    assert "@jupyter/nbgrader:formgrader" in disabled and "@jupyter/nbgrader:create-assignment" in disabled
+    assert "@jupyter/nbgrader:assignment-list" not in disabled
+    assert hub.server("GET", user, "formgrader/").status_code == 404
 
 
 def test_a_learner_cannot_reach_another_learners_server(hub, term):
