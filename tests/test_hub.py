@@ -232,7 +232,7 @@ def test_learners_lab_has_the_assignments_list_and_no_instructor_tools(hub, term
     disabled = page.get("disabledExtensions") or []
     assert "@jupyter/nbgrader:formgrader" in disabled and "@jupyter/nbgrader:create-assignment" in disabled
     assert "@jupyter/nbgrader:assignment-list" not in disabled
-    assert hub.server("GET", user, "formgrader/").status_code == 404
+    assert hub.server("GET", user, "formgrader").status_code == 404, "Formgrader runs in a learner's server"
 
 
 def test_a_learner_cannot_reach_another_learners_server(hub, term):
