@@ -39,7 +39,8 @@ pytestmark = pytest.mark.hub
 ASSIGNMENT = "ex01"
 SUBMISSIONS = REPO / "tests" / "submissions" / ASSIGNMENT
 # what each learner hands in: the solved fixture and the untouched release
-HANDED_IN = {"learner1": SUBMISSIONS / "ada lovelace_123_ex01.ipynb", "learner2": SUBMISSIONS / "blank_ex01.ipynb"}
+SOLVED = next(p for p in (SUBMISSIONS / "solved_ex01.ipynb", SUBMISSIONS / "ada lovelace_123_ex01.ipynb") if p.exists())
+HANDED_IN = {"learner1": SOLVED, "learner2": SUBMISSIONS / "blank_ex01.ipynb"}
 TIMEOUT_S = 180  # per wait for a server; generous for a loaded machine, never a pass/fail on speed
 
 
