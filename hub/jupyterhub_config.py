@@ -17,8 +17,9 @@ PATH = os.pathsep.join([os.path.dirname(site["runtime_python"]), "/usr/local/bin
 c.JupyterHub.bind_url = f"http://127.0.0.1:{site['port']}"
 c.JupyterHub.hub_ip = "127.0.0.1"
 c.JupyterHub.hub_port = ports["hub_api"]
-c.JupyterHub.db_url = f"sqlite:///{site['state_dir']}/jupyterhub.sqlite"
-c.JupyterHub.cookie_secret_file = f"{site['state_dir']}/jupyterhub_cookie_secret"
+# in root's private folder (mode 700): the accounts can read the rest of the state folder
+c.JupyterHub.db_url = f"sqlite:///{site['state_dir']}/private/jupyterhub.sqlite"
+c.JupyterHub.cookie_secret_file = f"{site['state_dir']}/private/jupyterhub_cookie_secret"
 c.JupyterHub.cleanup_servers = True  # stopping the hub stops every learner's server
 c.ConfigurableHTTPProxy.command = [site["proxy"]]
 c.ConfigurableHTTPProxy.api_url = f"http://127.0.0.1:{ports['proxy_api']}"

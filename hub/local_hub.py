@@ -88,11 +88,18 @@ class HubSite:
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
+    @property
+    def private_dir(self) -> Path:
+        """Root's part of the state: the hub's database, cookie secret and this site file."""
+        return self.state_dir / "private"
+
     def config_dir(self, profile: str) -> Path:
         return self.state_dir / "jupyter" / profile
 
     def save(self) -> Path:
-        path = self.state_dir / "site.json"
+        self.private_dir.mkdir(exist_ok=True)
+        self.private_dir.chmod(0o700)
+        path = self.private_dir / "site.json"  # holds the shared password and the driver token
         data = {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(self).items()}
         data.update(instructor=self.instructor, grader=self.grader, learner_names=self.learner_names,
                     course_dir=str(self.course_dir), course_id=COURSE_ID, exchange_env=EXCHANGE_ENV, proxy=str(PROXY),
@@ -103,7 +110,6 @@ class HubSite:
                     env_config=str(Path(sys.prefix) / "etc" / "jupyter"),
                     library_path=runtime_library_path(self.runtime_python) if self.runtime_python else "")
         path.write_text(json.dumps(data, indent=2))
-        path.chmod(0o600)  # holds the shared password and the driver token
         return path
 
 
@@ -280,7 +286,7 @@ def start(site: HubSite, log_path: Path | None = None) -> subprocess.Popen:
     env = dict(os.environ, STAGE5_HUB_SITE=str(site_file))
     out = open(log_path, "ab") if log_path else None  # noqa: SIM115 - handed to the child
     proc = subprocess.Popen([sys.executable, "-m", "jupyterhub", "-f", str(HERE / "jupyterhub_config.py")],
-                            cwd=site.state_dir, env=env, stdout=out, stderr=subprocess.STDOUT if out else None,
+                            cwd=site.private_dir, env=env, stdout=out, stderr=subprocess.STDOUT if out else None,
                             start_new_session=True)
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:

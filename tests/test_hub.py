@@ -249,3 +249,12 @@ def test_a_learner_cannot_list_the_submissions(hub, term):
     proc = subprocess.run(["runuser", "-u", hub.site.learner_names[0], "--", "ls", str(inbound)],
                           capture_output=True, text=True)
     assert proc.returncode != 0 and "Permission denied" in proc.stderr, proc.stdout
+
+
+def test_a_learner_cannot_read_the_hubs_secrets(hub, term):
+    """The shared password, the driver's token and the hub's database stay in root's private folder."""
+    for secret in ("site.json", "jupyterhub.sqlite", "jupyterhub_cookie_secret"):
+        assert (hub.site.private_dir / secret).exists(), secret
+        proc = subprocess.run(["runuser", "-u", hub.site.learner_names[0], "--", "cat",
+                               str(hub.site.private_dir / secret)], capture_output=True, text=True)
+        assert proc.returncode != 0 and "Permission denied" in proc.stderr, secret
