@@ -119,7 +119,7 @@ def missing_requirements() -> list[str]:
     missing = []
     if os.geteuid() != 0:
         missing.append("root (LocalProcessSpawner starts each server as the user's Unix account)")
-    for tool in ("useradd", "userdel", "node"):
+    for tool in ("useradd", "userdel", "runuser", "node"):
         if shutil.which(tool) is None:
             missing.append(f"the `{tool}` command")
     if not PROXY.exists():

@@ -8,7 +8,8 @@ blank one, and both submit; the instructor collects, autogrades, generates and r
 fetches their feedback. The scores must equal what ``grader/grade.py`` gives for the same notebooks.
 
 Needs root, node and the hub requirements (``make test`` installs them); elsewhere it skips and says why, except
-in CI, where a missing requirement fails. About 40 s on 2 busy cores. ``pytest -m "not hub"`` leaves it out.
+in CI, where a missing requirement fails. About 1.5 min on 2 busy cores (load average 5), most of it starting
+the hub and three Jupyter servers. ``pytest -m "not hub"`` leaves it out.
 """
 
 from __future__ import annotations
