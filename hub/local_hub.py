@@ -233,20 +233,31 @@ def prepare_exchange(site: HubSite) -> None:
     site.exchange.chmod(0o1777)  # nbgrader: ugo+rw; the sticky bit keeps accounts off each other's folders
 
 
-def prepare_course(site: HubSite) -> Path:
-    """Copy the course into the grader account's home, owned by it (the gradebook and submissions go there)."""
-    dest = site.course_dir
-    if dest.exists():
-        shutil.rmtree(dest)
-    (dest / "grader").mkdir(parents=True)
+# grader/'s working state (git-ignored): never copied into a course folder
+GRADER_STATE = ("submitted", "autograded", "feedback", "inbox", "exchange", "release", "*.db", "*.csv",
+                "__pycache__", ".ipynb_checkpoints")
+
+
+def copy_course(dest: Path) -> Path:
+    """Copy what nbgrader needs to run the course (its config, grader/ without working state, solutions/,
+    exercises/) into ``dest``; the copy's nbgrader_config.py then names ``dest`` as the course root."""
+    dest.mkdir(parents=True, exist_ok=True)
+    shutil.copytree(REPO / "grader", dest / "grader", ignore=shutil.ignore_patterns(*GRADER_STATE))
     for name in COURSE_FILES:
         src = REPO / name
         if src.is_dir():
             shutil.copytree(src, dest / name, ignore=shutil.ignore_patterns(".ipynb_checkpoints", "__pycache__"))
         else:
             shutil.copy2(src, dest / name)
-    for script in (REPO / "grader").glob("*.py"):
-        shutil.copy2(script, dest / "grader" / script.name)
+    return dest
+
+
+def prepare_course(site: HubSite) -> Path:
+    """Copy the course into the grader account's home, owned by it (the gradebook and submissions go there)."""
+    dest = site.course_dir
+    if dest.exists():
+        shutil.rmtree(dest)
+    copy_course(dest)
     subprocess.run(["chown", "-R", f"{site.grader}:{site.grader}", str(dest)], check=True)
     return dest
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import socket
 import subprocess
 import sys
@@ -26,21 +25,12 @@ sys.path.insert(0, str(REPO / "hub"))
 sys.path.insert(0, str(REPO / "grader"))
 
 from lab_profiles import PROFILES, main, prepare_exchange, write_profile  # noqa: E402
+from local_hub import copy_course  # noqa: E402
 from nbgrader_setup import EXCHANGE_ENV, make_config  # noqa: E402
 
 TOKEN = "stage5-lab-test"
 EXCHANGE_WARNING = "does not exist and could"
 INSTRUCTOR_ONLY = ["@jupyter/nbgrader:formgrader", "@jupyter/nbgrader:create-assignment"]
-
-
-def _course_copy(dest: Path) -> Path:
-    for name in ("solutions", "exercises"):
-        shutil.copytree(REPO / name, dest / name)
-    (dest / "grader").mkdir()
-    for script in (REPO / "grader").glob("*.py"):
-        shutil.copy2(script, dest / "grader" / script.name)
-    shutil.copy2(REPO / "nbgrader_config.py", dest / "nbgrader_config.py")
-    return dest
 
 
 def _get(url: str) -> tuple[int, str]:
@@ -88,7 +78,7 @@ def _page_config(html: str) -> dict:
 
 def test_learner_lab_has_no_instructor_tools(tmp_path):
     config = write_profile("learner", tmp_path / "cfg")
-    root = _course_copy(tmp_path / "course")
+    root = copy_course(tmp_path / "course")
 
     def check(base):
         assert _get(f"{base}/formgrader/")[0] == 404, "Formgrader is served to learners"
@@ -104,7 +94,7 @@ def test_learner_lab_has_no_instructor_tools(tmp_path):
 
 def test_instructor_lab_has_formgrader_and_its_exchange(tmp_path):
     config = write_profile("instructor", tmp_path / "cfg")
-    root = _course_copy(tmp_path / "course")
+    root = copy_course(tmp_path / "course")
     env = {EXCHANGE_ENV: str(tmp_path / "exchange")}
     os.environ[EXCHANGE_ENV] = env[EXCHANGE_ENV]
     try:
