@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: book book-under-load test lab clean grade figures lint sync dist
+.PHONY: book book-under-load test lab lab-instructor hub clean grade figures lint sync dist
 
 $(PY):
 	@echo "==> creating virtual environment in $(VENV)"
@@ -18,6 +18,15 @@ $(STAMP): requirements.txt requirements-book.txt pyproject.toml | $(PY)
 	$(PY) -m pip install --quiet -r requirements.txt
 	$(PY) -m pip check
 	@touch $(STAMP)
+
+# The local JupyterHub (make hub, tests/test_hub.py): JupyterHub from PyPI, configurable-http-proxy from npm.
+# The stamp is left untouched while npm is missing, so the next run tries again.
+HUB_STAMP := $(VENV)/.hub-installed
+$(HUB_STAMP): requirements-hub.txt hub/package.json hub/package-lock.json $(STAMP)
+	$(PY) -m pip install --quiet -r requirements-hub.txt
+	@if command -v npm >/dev/null 2>&1; then \
+		npm ci --prefix hub --no-audit --no-fund --silent && touch $(HUB_STAMP); \
+	else echo "warning: npm not found; the local JupyterHub needs Node.js (apt-get install nodejs npm)"; fi
 
 # No --keep-going: a chapter that fails or times out stops the build, so no page is published with empty glue.
 book: $(STAMP)
@@ -34,7 +43,7 @@ book-under-load: $(STAMP)
 		$(VENV)/bin/jupyter-book build . --warningiserror --path-output $(LOAD_OUT)
 	@echo "==> built under load into $(LOAD_OUT)/_build/html"
 
-test: $(STAMP)
+test: $(STAMP) $(HUB_STAMP)
 	@echo "==> running the test suite"
 	$(VENV)/bin/python -m pytest
 
@@ -67,8 +76,19 @@ dist: $(STAMP)
 	$(PY) -m build --no-isolation --outdir dist .
 	@ls dist
 
+# Learners get a lab without the instructor tools, instructors one with Formgrader and its exchange; each
+# reads its own config folder (hub/lab_profiles.py), so nothing global changes.
 lab: $(STAMP)
-	$(VENV)/bin/jupyter lab --allow-root
+	$(PY) hub/lab_profiles.py learner .jupyter/learner
+	JUPYTER_CONFIG_DIR=.jupyter/learner $(VENV)/bin/jupyter lab --allow-root
+
+lab-instructor: $(STAMP)
+	$(PY) hub/lab_profiles.py instructor .jupyter/instructor
+	JUPYTER_CONFIG_DIR=.jupyter/instructor $(VENV)/bin/jupyter lab --allow-root
+
+# A JupyterHub for the course on this machine, for trials only (run as root; Ctrl-C stops it).
+hub: $(HUB_STAMP)
+	$(PY) hub/local_hub.py
 
 clean:
 	rm -rf _build .pytest_cache .ruff_cache build dist

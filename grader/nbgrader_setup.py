@@ -45,6 +45,9 @@ RELEASE_DIR = "exercises"
 CELL_TIMEOUT_S = int(os.environ.get("STAGE5_CELL_TIMEOUT", "10"))
 WALL_PER_CPU = 10  # wall-clock limit per cell = this x the CPU limit: only for a cell that waits without computing
 MAX_OUTPUT_CHARS = 20_000  # per output, after execution; a learner printing megabytes keeps the first part
+# On a JupyterHub the exchange is a folder every account shares (hub/local_hub.py sets this); on one machine it
+# defaults to <work_dir>/exchange.
+EXCHANGE_ENV = "STAGE5_EXCHANGE"
 
 
 def _is_test_cell(cell) -> bool:
@@ -114,7 +117,7 @@ def make_config(work_dir: str | Path | None = None, root: str | Path = REPO,
     c.CourseDirectory.autograded_directory = str(work / "autograded")
     c.CourseDirectory.feedback_directory = str(work / "feedback")
     c.CourseDirectory.db_url = f"sqlite:///{work / 'gradebook.db'}"
-    c.Exchange.root = str(work / "exchange")
+    c.Exchange.root = os.environ.get(EXCHANGE_ENV) or str(work / "exchange")
     c.SandboxedExecute.cell_cpu_s = cell_timeout_s  # the kernel runs in a sandbox (grader/sandboxed_execute.py)
     c.Execute.timeout = WALL_PER_CPU * cell_timeout_s
     c.Execute.interrupt_on_timeout = True

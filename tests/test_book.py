@@ -29,7 +29,7 @@ import sync_settings  # noqa: E402  (the generator of the setup cells and launch
 BOOK = ROOT / "book"
 # Every numbered chapter notebook in book/ gets the checks below, so a new chapter cannot skip them.
 CHAPTERS = sorted(p.stem for p in BOOK.glob("[0-9][0-9]_*.ipynb"))
-PAGES = ["intro", *CHAPTERS, "exercises", "appendix_vllm", "glossary", "errata", "references"]
+PAGES = ["intro", *CHAPTERS, "exercises", "instructors", "appendix_vllm", "glossary", "errata", "references"]
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                   "--disable-background-networking", "--disable-component-update", "--disable-sync"]

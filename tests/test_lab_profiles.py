@@ -1,0 +1,132 @@
+"""`make lab` and `make lab-instructor`: what each JupyterLab shows, checked on a running lab.
+
+A learner's lab must not offer Formgrader or Create Assignment (server extensions off, JupyterLab plugins
+disabled and locked); an instructor's lab must offer Formgrader without its "exchange does not exist" warning.
+Each lab runs in a copy of the course in a temporary folder, so no gradebook or exchange appears in the repo.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO / "hub"))
+sys.path.insert(0, str(REPO / "grader"))
+
+from lab_profiles import PROFILES, main, prepare_exchange, write_profile  # noqa: E402
+from local_hub import copy_course  # noqa: E402
+from nbgrader_setup import EXCHANGE_ENV, make_config  # noqa: E402
+
+TOKEN = "stage5-lab-test"
+EXCHANGE_WARNING = "does not exist and could"
+INSTRUCTOR_ONLY = ["@jupyter/nbgrader:formgrader", "@jupyter/nbgrader:create-assignment"]
+
+
+def _get(url: str) -> tuple[int, str]:
+    req = urllib.request.Request(url, headers={"Authorization": f"token {TOKEN}"})
+    try:
+        with urllib.request.urlopen(req, timeout=60) as resp:
+            return resp.status, resp.read().decode()
+    except urllib.error.HTTPError as err:
+        return err.code, err.read().decode(errors="replace")
+
+
+def _with_lab(config_dir: Path, root: Path, env: dict[str, str], check) -> None:
+    """Start JupyterLab as `make lab` does (JUPYTER_CONFIG_DIR), run ``check(base_url)``, stop it."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    cmd = [str(Path(sys.executable).with_name("jupyter")), "lab", "--allow-root", "--no-browser",
+           f"--port={port}", "--ServerApp.ip=127.0.0.1", f"--IdentityProvider.token={TOKEN}"]
+    env = dict(os.environ, JUPYTER_CONFIG_DIR=str(config_dir), **env)
+    proc = subprocess.Popen(cmd, cwd=root, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 120
+        while _status(f"{base}/api/status") != 200:
+            assert proc.poll() is None and time.monotonic() < deadline, "jupyter lab did not start"
+            time.sleep(0.3)
+        check(base)
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
+def _status(url: str) -> int:
+    try:
+        return _get(url)[0]
+    except (urllib.error.URLError, ConnectionError):
+        return 0
+
+
+def _page_config(html: str) -> dict:
+    match = re.search(r'<script id="jupyter-config-data" type="application/json">(.*?)</script>', html, re.S)
+    assert match, "no page config in /lab"
+    return json.loads(match.group(1))
+
+
+def test_learner_lab_has_no_instructor_tools(tmp_path):
+    config = write_profile("learner", tmp_path / "cfg")
+    root = copy_course(tmp_path / "course")
+
+    def check(base):
+        assert _get(f"{base}/formgrader/")[0] == 404, "Formgrader is served to learners"
+        assert _get(f"{base}/assignments?course_id=x")[0] == 404, "the exchange's Assignments list is served"
+        page = _page_config(_get(f"{base}/lab")[1])
+        for plugin in INSTRUCTOR_ONLY:
+            assert plugin in page["disabledExtensions"], f"{plugin} is not disabled"
+            assert plugin in page.get("lockedExtensions", page["disabledExtensions"])
+        assert "@jupyter/nbgrader:validate-assignment" not in page["disabledExtensions"]
+
+    _with_lab(config, root, {}, check)
+
+
+def test_instructor_lab_has_formgrader_and_its_exchange(tmp_path):
+    config = write_profile("instructor", tmp_path / "cfg")
+    root = copy_course(tmp_path / "course")
+    env = {EXCHANGE_ENV: str(tmp_path / "exchange")}
+    os.environ[EXCHANGE_ENV] = env[EXCHANGE_ENV]
+    try:
+        course = make_config(root / "grader", root)
+        from nbgrader.apps import NbGraderAPI
+
+        assert not NbGraderAPI(config=course).exchange_is_functional  # what Formgrader warned about
+        assert prepare_exchange(course) == tmp_path / "exchange"
+        assert NbGraderAPI(config=course).exchange_is_functional
+    finally:
+        del os.environ[EXCHANGE_ENV]
+
+    def check(base):
+        status, html = _get(f"{base}/formgrader/")
+        assert status == 200 and "Manage Assignments" in html
+        assert EXCHANGE_WARNING not in html, "Formgrader still warns that the exchange is missing"
+        page = _page_config(_get(f"{base}/lab")[1])
+        assert not set(INSTRUCTOR_ONLY) & set(page.get("disabledExtensions") or [])
+
+    _with_lab(config, root, env, check)
+
+
+def test_profiles_keep_other_settings_and_refuse_unknown_names(tmp_path, capsys):
+    page = tmp_path / "labconfig" / "page_config.json"
+    page.parent.mkdir()
+    page.write_text(json.dumps({"disabledExtensions": {"some-other:plugin": True}}))
+    write_profile("hub-learner", tmp_path)
+    disabled = json.loads(page.read_text())["disabledExtensions"]
+    assert disabled["some-other:plugin"] and set(PROFILES["hub-learner"].plugins) <= set(disabled)
+    write_profile("instructor", tmp_path)  # switching profiles clears nbgrader's switches only
+    assert json.loads(page.read_text())["disabledExtensions"] == {"some-other:plugin": True}
+    assert main(["teacher", str(tmp_path)]) == 2
+    assert "known: learner, instructor" in capsys.readouterr().err
+    with pytest.raises(ValueError, match="unknown lab profile"):
+        write_profile("admin", tmp_path)
