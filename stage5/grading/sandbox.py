@@ -67,6 +67,13 @@ def _readable_roots() -> list[Path]:
     import stage5
 
     roots = {Path(sys.base_prefix).resolve(), Path(sys.prefix).resolve(), Path(stage5.__file__).resolve().parent}
+    # Package folders on the path that live outside both prefixes (an interpreter copied for another account and
+    # pointed at the course's virtual environment, as the local JupyterHub does). Only site-packages folders:
+    # never the repository root or the grader's folder, which sys.path may also hold.
+    for entry in sys.path:
+        path = Path(entry).resolve() if entry else None
+        if path is not None and path.name in ("site-packages", "dist-packages") and path.is_dir():
+            roots.add(path)
     return sorted(roots)
 
 
