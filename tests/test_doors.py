@@ -357,6 +357,15 @@ TOKENS = st.one_of(st.integers(-5, 10**7).map(str), st.floats(allow_nan=True, al
                    st.sampled_from(["", "x", "true", "1e3", "4096.9"]))
 
 
+def _answer_or_one_line_error(code: int, captured) -> dict | None:
+    """A command's JSON answer, or None after checking it refused with exit 2 and one line on stderr."""
+    if code == 2:
+        assert captured.err.startswith("error: ") and captured.err.count("\n") == 1
+        return None
+    assert code == 0
+    return _strict_json(captured.out)
+
+
 @FEW
 @given(flags=st.dictionaries(st.sampled_from(["--gpus", "--context", "--batch", "--prompt", "--mfu", "--price"]),
                              TOKENS, max_size=3),
@@ -364,12 +373,9 @@ TOKENS = st.one_of(st.integers(-5, 10**7).map(str), st.floats(allow_nan=True, al
 def test_deploy_cli_answers_or_exits_2_with_one_line(flags, model, capsys):
     argv = {"--model": model, "--gpu": "H100", "--gpus": "4", "--context": "2048", "--batch": "8", **flags}
     code = main(["deploy", *[x for kv in argv.items() for x in kv], "--json"])
-    captured = capsys.readouterr()
-    if code == 2:
-        assert captured.err.startswith("error: ") and captured.err.count("\n") == 1
+    info = _answer_or_one_line_error(code, capsys.readouterr())
+    if info is None:
         return
-    assert code == 0
-    info = _strict_json(captured.out)
     assert info["tpot_ms"] > 0 and info["usd_per_million_tokens"] > 0
 
 
@@ -379,12 +385,9 @@ def test_model_cli_answers_in_strict_json_or_exits_2(cfg, tmp_path, capsys):
     path = tmp_path / "config.json"
     path.write_text(json.dumps(cfg))
     code = main(["model", str(path), "--json"])
-    captured = capsys.readouterr()
-    if code == 2:
-        assert captured.err.startswith("error: ") and captured.err.count("\n") == 1
+    info = _answer_or_one_line_error(code, capsys.readouterr())
+    if info is None:
         return
-    assert code == 0
-    info = _strict_json(captured.out)
     assert info["params"] > 0 and info["kv_bytes_per_token_bf16"] > 0
 
 

@@ -26,6 +26,15 @@ KV_NO2 = """def kv_bytes_per_token(config, bytes_per_element=2):
     return config.num_layers * config.num_kv_heads * config.head_dim * bytes_per_element"""
 
 
+def write_fixtures(out: Path, nbs: dict[str, dict]) -> None:
+    """Replace every notebook in ``out`` with ``nbs`` ({name: notebook}), so a renamed fixture leaves no orphan."""
+    out.mkdir(parents=True, exist_ok=True)
+    for stale in out.glob("*.ipynb"):
+        stale.unlink()
+    for name, nb in nbs.items():
+        (out / f"{name}.ipynb").write_text(json.dumps(nb, indent=1) + "\n")
+
+
 def build():
     good = solved("ex01", WRITTEN)  # what a strong learner hands in
     nbs = {
@@ -84,11 +93,7 @@ def build():
         if _gid(cell) == "a3_kv":
             cell["source"] = "assert True  # my answer is fine"
     nbs["tampered_ex01"] = tampered
-    OUT.mkdir(parents=True, exist_ok=True)
-    for old in OUT.glob("*.ipynb"):
-        old.unlink()
-    for name, nb in nbs.items():
-        (OUT / f"{name}.ipynb").write_text(json.dumps(nb, indent=1) + "\n")
+    write_fixtures(OUT, nbs)
 
 
 if __name__ == "__main__":

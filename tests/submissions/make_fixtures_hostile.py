@@ -13,10 +13,9 @@ one.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
-from make_fixtures import KV_HEADS, WRITTEN
+from make_fixtures import KV_HEADS, WRITTEN, write_fixtures
 from make_fixtures_ex03 import fill, solved
 
 OUT = Path(__file__).resolve().parent / "hostile"
@@ -124,11 +123,7 @@ def build() -> None:
         "bad_unicode_ex01": fill(good, a3_kv_answer="# \ud800 stray half of a character\n" + A3.replace(
             "64", "8")),
     }
-    OUT.mkdir(parents=True, exist_ok=True)
-    for old in OUT.glob("*.ipynb"):
-        old.unlink()
-    for name, nb in nbs.items():
-        (OUT / f"{name}.ipynb").write_text(json.dumps(nb, indent=1) + "\n")
+    write_fixtures(OUT, nbs)
 
 
 if __name__ == "__main__":
