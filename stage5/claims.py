@@ -25,14 +25,15 @@ def compare(ratio: float, better: str = "faster", worse: str = "slower", same: s
     return same
 
 
-def times(ratio: float) -> str:
-    """'1.8× faster', '1.3× slower' or 'about as fast (1.02×)': a speed ratio in words, never below 1×."""
-    word = compare(ratio)
-    if word == "faster":
-        return f"{ratio:.1f}× faster"
-    if word == "slower":
-        return f"{1 / ratio:.1f}× slower"
-    return f"about as fast ({ratio:.2f}×)"
+def times(ratio: float, better: str = "faster", worse: str = "slower", same: str = "about as fast") -> str:
+    """'1.8× faster', '1.3× slower' or 'about as fast (1.02×)': a speed ratio in words, never below 1×.
+    Other words for other quantities, e.g. ``times(r, "shorter", "longer", "about the same")`` for a latency."""
+    word = compare(ratio, better, worse, same)
+    if word == better:
+        return f"{ratio:.1f}× {better}"
+    if word == worse:
+        return f"{1 / ratio:.1f}× {worse}"
+    return f"{same} ({ratio:.2f}×)"
 
 
 def crossing(batches: Sequence[int], values: Sequence[float], level: float = 1.0) -> str:
