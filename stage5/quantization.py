@@ -23,8 +23,9 @@ such fixed costs would not shrink with the bytes, so every gain here is an upper
 Why W8A8 FP8 with an FP8 cache gains exactly 2x here, for every traffic mix and batch: every term this floor
 model has (weight reads, cache reads, matmul FLOPs at the FP8 rate, for prefill and decode alike) halves. What
 keeps real end-to-end gains below 2x is what it leaves out: scheduling, sampling and detokenising, attention
-arithmetic that stays in 16 bits, communication. ``end_to_end_gain(fixed_s_per_step=...)`` is the hook for
-the first of these (see its docstring).
+arithmetic that stays in 16 bits, communication. ``end_to_end_gain(estimate=cost.Estimate())`` prices the
+last of these (the tensor-parallel all-reduce moves 16-bit activations whatever the format) and comes in
+below 2x.
 """
 
 from __future__ import annotations
@@ -115,8 +116,7 @@ def case_deployments(model: str | ModelConfig, gpu: str | Hardware, num_gpus: in
 
 def end_to_end_gain(model: str | ModelConfig, gpu: str | Hardware, num_gpus: int, prompt: cost.ArrayLike,
                     output: cost.ArrayLike, batch: cost.ArrayLike, weights: str = "fp8", case: str = "weights",
-                    kv: str = "fp8", fixed_s_per_step: float = 0.0,
-                    estimate: cost.Estimate | None = None) -> np.ndarray:
+                    kv: str = "fp8", estimate: cost.Estimate | None = None) -> np.ndarray:
     """Throughput gain of a quantized deployment over BF16, per request, prefill included.
 
     ``prompt``, ``output`` and ``batch`` broadcast. In the batch case each deployment runs its own largest
@@ -124,28 +124,19 @@ def end_to_end_gain(model: str | ModelConfig, gpu: str | Hardware, num_gpus: int
     comparison, since a BF16 baseline held below its own ceiling makes any format look better. Where
     ``batch`` does not fit the BF16 baseline the result is NaN.
 
-    ``fixed_s_per_step`` (HOOK, 0 by default): seconds of scheduling, sampling and detokenising each decode
-    step spends whatever the format, shared by the batch. The floor model has no such term, so by default
-    this returns its upper bound; pass a value (measured, or illustrative) to see the gain fall below 2x.
     ``estimate``: the gain in estimate mode (``cost.Estimate()`` for the default terms), where costs such as
     the all-reduces do not shrink with the format.
     """
-    if not fixed_s_per_step >= 0:
-        raise ValueError(f"fixed_s_per_step is seconds per decode step, >= 0; got {fixed_s_per_step!r}")
     base, new = case_deployments(model, gpu, num_gpus, weights, case, kv, estimate)
     p, o, b = np.broadcast_arrays(*(np.asarray(x, dtype=float) for x in (prompt, output, batch)))
     seq = p + o
     fits = b <= cost.max_concurrency(base, seq)
-    b_base = b
-    b_new = b
+    b_base = b_new = b
     if case == "weights+kv+batch":
         b_base = np.maximum(1, cost.max_concurrency(base, seq)).astype(float)
         b_new = np.maximum(1, cost.max_concurrency(new, seq)).astype(float)
-
-    def seconds(dep: cost.Deployment, batch: np.ndarray) -> np.ndarray:
-        return cost.request_gpu_seconds(dep, p, o, batch) + o * fixed_s_per_step / batch
-
-    return np.where(fits, seconds(base, b_base) / seconds(new, b_new), np.nan)
+    gain = cost.request_gpu_seconds(base, p, o, b_base) / cost.request_gpu_seconds(new, p, o, b_new)
+    return np.where(fits, gain, np.nan)
 
 
 def decode_step_gain(model: str | ModelConfig, gpu: str | Hardware, num_gpus: int, batch: cost.ArrayLike,
