@@ -10,6 +10,8 @@ Latencies follow vLLM's serving benchmark and DistServe:
   arrival) and the prefill;
 * **TPOT** (time per output token) = (finish - first token) / (output tokens - 1), the mean gap between a
   request's later tokens (undefined for one-token answers, which are left out of TPOT percentiles);
+* **ITL** (inter-token latency) = the gap between two consecutive tokens of one request; its p99 over every
+  gap of every request shows the longest stalls, which a per-request mean such as TPOT averages away;
 * **end-to-end** = finish - arrival;
 * **goodput** = requests per second that met both a TTFT and a TPOT target.
 
@@ -61,6 +63,8 @@ class RequestTimes:
     first_token: float | None = None
     finish: float | None = None
     output_tokens: int = 0
+    gaps: list[float] = field(default_factory=list, repr=False)  # between consecutive tokens (ITL)
+    last_token: float | None = None
 
     @property
     def ttft(self) -> float:
@@ -85,7 +89,8 @@ def latency_summary(times: list[RequestTimes], duration_s: float, ttft_target_s:
     (finished requests/s) and ``goodput`` (requests/s meeting both targets), over ``duration_s``."""
     out: dict[str, float] = {}
     series = {"ttft": [t.ttft for t in times], "tpot": [t.tpot for t in times if t.tpot is not None],
-              "e2e": [t.e2e for t in times], "queueing": [t.queueing for t in times]}
+              "e2e": [t.e2e for t in times], "queueing": [t.queueing for t in times],
+              "itl": [g for t in times for g in t.gaps]}
     for name, values in series.items():
         for p in PERCENTILES:
             out[f"{name}_p{p}"] = float(np.percentile(values, p)) if values else 0.0
@@ -192,6 +197,9 @@ class Recorder:
         if t.first_token is None:
             t.first_token = now
             self.ttft_steps[seq.id] = step
+        else:
+            t.gaps.append(now - t.last_token)
+        t.last_token = now
         if self.logits is not None and logits is not None:
             self.logits.setdefault(seq.id, []).append(logits.clone())
 
