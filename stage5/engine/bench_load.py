@@ -8,14 +8,17 @@ Poisson process, the same requests at every rate, through three engines at the s
 * ``paged_continuous_chunked`` - the same with a per-step token budget, so a long prompt is fed in chunks
   beside the running decodes instead of stalling them (chunked prefill).
 
-**Which model and which clock.** The tokens come from the small trained model (cheap: a sweep of a dozen runs
-takes about a minute). The latencies are on the *virtual clock*: each step lasts what this machine's
-calibrated step model predicts for the roofline toy (:data:`~stage5.engine.roofline_toy.ROOFLINE_TOY`,
-the model whose steps stream its weights from memory, as a server's do) for that step's sequences, tokens and
-K/V. The schedule depends only on token counts, so every virtual number is deterministic for a given
-calibration; on the trained model's own wall clock a decode step is mostly fixed overhead, and a busy machine
-would change the schedule itself. The wall-clock versions (``wall_*``: the same engines, timed steps of the
-trained model, requests sent at the same rates) are printed beside them.
+**Which model and which clock.** Answer lengths are set by each request (``stop_after``), so the schedule
+depends only on token counts, never on which tokens come out: any model gives the same schedule. By default
+the tokens come from exercise 2's tiny model (``--model tiny``: the fastest, so a sweep of fifteen runs
+takes about a minute), and the latencies are on the *virtual clock*: each step lasts what this machine's
+calibrated step model predicts for the roofline toy (:data:`~stage5.engine.roofline_toy.ROOFLINE_TOY`, the
+model whose steps stream their weights from memory, as a server's do) for that step's sequences, tokens and
+K/V. Every virtual number is therefore deterministic for a given calibration, even on a busy machine, which
+would otherwise change the schedule itself. The wall-clock versions (``wall_*``) serve the same requests at
+the same rates with every step lasting what it measured; with the tiny model the steps are far shorter than
+the roofline toy's, so they show a lightly loaded server (``--model roofline`` makes the wall clock measure
+what the virtual one predicts, at many times the run time; ``--no-wall`` skips them).
 
 Goodput counts the requests per second that meet both a TTFT and a TPOT target (DistServe). The targets
 follow this machine: TPOT within ``TPOT_TARGET_STEPS`` batch-1 decode steps, TTFT within ``TTFT_TARGET_X``
@@ -49,9 +52,9 @@ TTFT_TARGET_X = 3.0  # TTFT target: this many times the predicted prefill of the
 class LoadSpec:
     """The workload and the server; every default is what ``bench load`` runs."""
 
-    n: int = 96
+    n: int = 64
     seed: int = 0
-    rates: tuple[float, ...] = (1.0, 2.0, 4.0, 6.0, 8.0, 12.0)  # requests per second, on the virtual clock
+    rates: tuple[float, ...] = (1.0, 2.0, 4.0, 6.0, 8.0)  # requests per second, on the virtual clock
     prompt: Lengths = field(default_factory=lambda: Lengths("long_tail", low=16, high=64, long_share=0.1,
                                                             long_low=512, long_high=768))
     output: Lengths = field(default_factory=lambda: Lengths("uniform", low=16, high=128))
