@@ -222,3 +222,16 @@ def main(argv: list[str] | None = None) -> int:
 
 if __name__ == "__main__":
     sys.exit(main())
+
+
+def chapter_sweep(n: int = 40, rates: tuple[float, ...] = (1.0, 2.0, 4.0, 8.0)) -> tuple[dict, LoadSpec, object]:
+    """The sweep chapter 4 runs during the build: ``n`` requests (seconds of CPU with the tiny model), virtual
+    clock only. Returns (report, spec, calibration)."""
+    from stage5.calibrate import calibrate, use_course_threads
+    from stage5.engine.roofline_toy import ROOFLINE_TOY
+
+    use_course_threads()
+    model, cfg = load_model("tiny")
+    spec = LoadSpec(n=n, rates=rates)
+    cal = calibrate(ROOFLINE_TOY)
+    return sweep(model, cfg, cal, spec, wall=False), spec, cal
