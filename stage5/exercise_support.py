@@ -15,6 +15,7 @@ import time
 
 import torch
 
+from stage5.engine.batch import feed
 from stage5.engine.engine import RunResult
 from stage5.engine.kv import KVPool
 from stage5.engine.model import Transformer
@@ -52,21 +53,7 @@ def forward_step(model: Transformer, pool: KVPool, batch: list[Sequence], cache)
     after admission, else its newest token). Their K/V are written to ``cache.slots(seq, new positions)`` and
     attention reads the context back through ``cache.slots(seq, all positions)``. Sets ``seq.num_cached`` and
     returns the next (greedy) token of each sequence, in order. The caller appends them."""
-    tokens, positions, new_slots, ctx_slots, last = [], [], [], [], []
-    count = 0
-    for seq in batch:
-        new = torch.arange(seq.num_cached, len(seq.tokens))
-        tokens.append(torch.tensor(seq.tokens[seq.num_cached:], dtype=torch.long))
-        positions.append(new)
-        new_slots.append(torch.as_tensor(cache.slots(seq, new), dtype=torch.long))
-        ctx_slots.append(torch.as_tensor(cache.slots(seq, torch.arange(len(seq.tokens))), dtype=torch.long))
-        count += len(new)
-        last.append(count - 1)
-    pool.plan(new_slots, ctx_slots)
-    logits = model(torch.cat(tokens), torch.cat(positions), pool, select=torch.tensor(last))
-    for seq in batch:
-        seq.num_cached = len(seq.tokens)
-    return logits.argmax(dim=-1).tolist()
+    return feed(model, pool, batch, cache.slots).argmax(dim=-1).tolist()
 
 
 class Meter:

@@ -210,7 +210,7 @@ def test_draft_pool_is_budgeted(tiny):
     result = SpeculativeEngine(tiny, CFG, drafter, k=3, num_blocks=128, block_size=BLOCK).run(requests)
     for r in requests:
         assert result.outputs[r.id] == generate(tiny, list(r.prompt), r.max_tokens)
-    assert len(drafter.runner.alloc.free) == 8  # every draft block came back
+    assert len(drafter.runner.alloc.free_blocks) == 8  # every draft block came back
 
 
 def test_speculative_checks_before_starting(tiny):

@@ -38,26 +38,32 @@ def make_requests(n: int = 12, seed: int = 0) -> list[Request]:
     return requests
 
 
-class CheckedEngine(Engine):
-    """Checks the allocator's bookkeeping before every forward pass."""
+def check_bookkeeping(engine: Engine):
+    """An ``on_step`` hook checking the allocator's bookkeeping after every step, for the sequences that ran
+    and are still running: one that sampled a token holds exactly the blocks for the ``num_cached`` tokens it
+    stored; one that fed only part of its prompt (chunked prefill) holds the blocks for its whole prompt."""
 
-    def _forward(self, batch):
-        for seq in batch:
-            if isinstance(self.alloc, PagedAllocator):
-                assert len(seq.block_table) == -(-len(seq.tokens) // BLOCK), (seq.id, seq.block_table, len(seq.tokens))
-                assert all(self.alloc.ref_count[b] == 1 for b in seq.block_table)
+    def check(step):
+        for seq in step.running:
+            if seq.id not in step.ids:
+                continue
+            if isinstance(engine.alloc, PagedAllocator):
+                held = seq.num_cached if seq.id in step.sampled else len(seq.tokens)
+                assert len(seq.block_table) == -(-held // BLOCK), (seq.id, seq.block_table, held)
+                assert all(engine.alloc.ref_count[b] == 1 for b in seq.block_table)
             else:
-                assert self.alloc.reserved(seq) == seq.request.max_len
-        tables = [b for s in self.running for b in s.block_table]
+                assert engine.alloc.reserved(seq) == seq.request.max_len
+        tables = [b for s in step.running for b in s.block_table]
         assert len(tables) == len(set(tables)), "a block is in two tables"
-        if isinstance(self.alloc, PagedAllocator):
-            assert len(tables) + len(self.alloc.free) == self.alloc.num_blocks
-        return super()._forward(batch)
+        if isinstance(engine.alloc, PagedAllocator):
+            assert len(tables) + len(engine.alloc.free_blocks) == engine.alloc.num_blocks
+
+    return check
 
 
 def assert_pool_empty(engine: Engine) -> None:
     if isinstance(engine.alloc, PagedAllocator):
-        assert sorted(engine.alloc.free) == list(range(engine.alloc.num_blocks))
+        assert sorted(engine.alloc.free_blocks) == list(range(engine.alloc.num_blocks))
         assert not any(engine.alloc.ref_count)
     else:
         assert engine.alloc.runs == {} and engine.alloc.num_free_slots == engine.alloc.num_slots
@@ -66,10 +72,10 @@ def assert_pool_empty(engine: Engine) -> None:
 @pytest.mark.parametrize("allocator,scheduler", COMBOS)
 @pytest.mark.parametrize("num_blocks", [40, 9])  # roomy, and tight enough to force preemption when paged
 def test_every_engine_matches_reference_exactly(model64, requests, reference, allocator, scheduler, num_blocks):
-    engine = CheckedEngine(model64, CFG, allocator=allocator, scheduler=scheduler, num_blocks=num_blocks,
-                           block_size=BLOCK, max_batch=6)
+    engine = Engine(model64, CFG, allocator=allocator, scheduler=scheduler, num_blocks=num_blocks,
+                    block_size=BLOCK, max_batch=6)
     assert engine.pool.nbytes == num_blocks * BLOCK * CFG.kv_bytes_per_token(bytes_per_element=8)
-    result = engine.run(requests)
+    result = engine.run(requests, on_step=check_bookkeeping(engine))
     for r in requests:
         assert result.outputs[r.id] == reference[r.id], f"request {r.id}"
     assert result.output_tokens == sum(r.output_len for r in requests)
@@ -113,18 +119,18 @@ def test_paged_allocator_block_tables():
     seq.tokens.append(5)
     assert alloc.can_grow(seq)
     alloc.grow(seq)
-    assert len(seq.block_table) == 2 and len(alloc.free) == 2
+    assert len(seq.block_table) == 2 and len(alloc.free_blocks) == 2
     first, second = seq.block_table
     slots = alloc.slots(seq, torch.arange(5))
     assert slots.tolist() == [first * 4, first * 4 + 1, first * 4 + 2, first * 4 + 3, second * 4]
     other = Sequence(Request(1, tuple(range(8)), 1))
     alloc.admit(other)
-    assert not alloc.free and alloc.can_grow(seq)  # the second block still has room
+    assert not alloc.num_free and alloc.can_grow(seq)  # the second block still has room
     seq.tokens += [6, 7, 8, 9]
     assert not alloc.can_grow(seq)
     alloc.release(seq)
     alloc.release(other)
-    assert len(alloc.free) == 4 and not any(alloc.ref_count)
+    assert len(alloc.free_blocks) == 4 and not any(alloc.ref_count)
 
 
 def test_contiguous_allocator_first_fit_fragments():

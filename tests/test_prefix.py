@@ -33,7 +33,7 @@ def shared_requests(n: int = 8, seed: int = 1, stamp_first: bool = False) -> lis
 
 def assert_all_free(engine: Engine) -> None:
     alloc = engine.alloc
-    assert sorted(alloc.free) == list(range(alloc.num_blocks)) and not any(alloc.ref_count)
+    assert sorted(alloc.free_blocks) == list(range(alloc.num_blocks)) and not any(alloc.ref_count)
 
 
 @pytest.mark.parametrize("num_blocks", [40, 8])  # roomy, and tight enough to preempt and evict
@@ -94,17 +94,17 @@ def test_freed_blocks_stay_cached_and_are_evicted_least_recently_used_first():
     alloc.admit(a)  # blocks 0 = [1 2] and 1 = [3 4] registered; 2 = [5] is partial, private
     assert a.block_table == [0, 1, 2] and alloc.num_cached_blocks == 2 and a.num_cached == 0
     alloc.release(a)
-    assert list(alloc.free) == [3, 2, 1, 0] and alloc.num_cached_blocks == 2  # free, yet still cached
+    assert list(alloc.free_blocks) == [3, 2, 1, 0] and alloc.num_cached_blocks == 2  # free, yet still cached
     b = Sequence(Request(1, (1, 2, 3, 4, 9), 1))
     alloc.admit(b)
     assert b.block_table == [0, 1, 3] and b.num_cached == 4  # revived as they were: nothing reset
-    assert alloc.evictions == 0 and list(alloc.free) == [2]
+    assert alloc.evictions == 0 and list(alloc.free_blocks) == [2]
     c = Sequence(Request(2, (1, 2, 7, 7), 1))
     alloc.admit(c)  # shares block 0 and takes block 2, which held nothing registered
     assert c.block_table == [0, 2] and alloc.ref_count[0] == 2 and alloc.evictions == 0
     alloc.release(c)
     alloc.release(b)
-    assert list(alloc.free) == [2, 3, 1, 0]  # least recently used at the front, the shared head last
+    assert list(alloc.free_blocks) == [2, 3, 1, 0]  # least recently used at the front, the shared head last
     d = Sequence(Request(3, (9,) * 8, 1))
     alloc.admit(d)  # needs every block: the three cached ones are evicted and their hashes forgotten
     assert alloc.evictions == 3 and alloc.match(Sequence(Request(4, (1, 2, 3, 4, 5), 1))) == []

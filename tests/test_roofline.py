@@ -105,7 +105,7 @@ def test_every_engine_runs_on_the_roofline_toy_unchanged():
     draft, draft_cfg = load_roofline_draft()
     spec = SpeculativeEngine(model, cfg, DraftModelDrafter(draft, draft_cfg, 8, 4), k=2, num_blocks=8, block_size=4)
     assert spec.run(requests).outputs == reference
-    assert len(spec.alloc.free) == spec.alloc.num_blocks
+    assert len(spec.alloc.free_blocks) == spec.alloc.num_blocks
 
 
 def test_set_acceptance_drafter_keeps_outputs_exact_and_reaches_its_alpha():

@@ -59,9 +59,9 @@ def test_greedy_speculation_equals_target_greedy(model64, draft64, requests, ref
             assert result.outputs[r.id] == reference[r.id], (name, k, r.id)
         assert result.output_tokens == sum(r.output_len for r in requests)
         # no leaks: every block of the target's pool, and of the draft model's, is back on its free list
-        assert sorted(engine.alloc.free) == list(range(40)) and not any(engine.alloc.ref_count)
+        assert sorted(engine.alloc.free_blocks) == list(range(40)) and not any(engine.alloc.ref_count)
         if isinstance(drafter, DraftModelDrafter):
-            assert len(drafter.runner.alloc.free) == 40 and not drafter.shadows
+            assert len(drafter.runner.alloc.free_blocks) == 40 and not drafter.shadows
         if name == "same_model":
             assert result.alpha == 1.0 and result.tokens_per_verification == k + 1
             assert result.steps < sum(r.output_len for r in requests)

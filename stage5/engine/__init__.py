@@ -3,16 +3,21 @@
 * ``model.py``       - a Llama-style decoder built from a ``ModelConfig``, and the reference ``generate()``;
 * ``sequence.py``    - ``Request`` (what a client sends) and ``Sequence`` (what the engine tracks);
 * ``kv.py``          - the K/V pool tensor, the contiguous and the paged allocator;
+* ``scheduler.py``   - ``Scheduler``: waiting/running queues, admission, preemption, retirement, token budget
+  (chunked prefill); shared by both engines;
+* ``batch.py``       - ``feed()``: one forward pass over a batch's uncached tokens (batch preparation, once);
+* ``metrics.py``     - ``Recorder``, ``RunResult``, ``StepRecord`` (what ``on_step`` receives), latency percentiles;
+* ``clock.py``       - ``WallClock`` and ``VirtualClock`` (steps timed by the calibrated step model);
 * ``engine.py``      - ``Engine(model, cfg, allocator=..., scheduler=...).run(requests) -> RunResult``;
 * ``prefix.py``      - ``PrefixCachingAllocator``: chained-hash full blocks, shared by reference count, LRU;
 * ``speculative.py`` - ``accept_or_resample``, ``SpeculativeEngine``, the draft-model and prompt-lookup drafters;
-* ``workload.py``    - ``make_workload(n, seed)``, seeded long-tailed traffic;
+* ``workload.py``    - ``make_workload(n, seed)``, seeded long-tailed traffic; ``make_arrivals`` sends it over time;
 * ``checkpoints.py`` - ``load_target()`` / ``load_draft()``, the trained byte-level models;
 * ``roofline_toy.py`` - ``load_roofline_toy()``: the same architecture with random weights of a few hundred MB,
   sized so a decode step streams them from memory (what the chapters time and predict);
 * ``roofline_spec.py`` - speculative decoding on that toy at an acceptance rate the caller sets;
 * ``bench.py``       - ``python -m stage5 bench`` (``bench_prefix.py``, ``bench_spec.py``, ``bench_roofline.py``:
-  ``bench prefix|spec|roofline``).
+  ``bench prefix|spec|roofline``; ``bench_load.py``: ``bench load``, serving under load).
 """
 
 try:

@@ -99,6 +99,10 @@ def main(argv: list[str] | None = None) -> int:
         from stage5.engine.bench_spec import main as spec_main
 
         return spec_main(argv[1:])
+    if argv and argv[0] == "load":
+        from stage5.engine.bench_load import main as load_main
+
+        return load_main(argv[1:])
     if argv and argv[0] == "roofline":
         from stage5.engine.bench_roofline import main as roofline_main
 

@@ -61,25 +61,23 @@ class PrefixCachingAllocator(PagedAllocator):
         hits = self.match(seq)
         revived = sum(self.ref_count[b] == 0 for b in hits)  # cached but free: they leave the free list
         fresh = self.blocks_for(len(seq.tokens)) - len(hits)
-        return fresh + revived + running <= len(self.free)
+        return fresh + revived + running <= self.num_free
 
     def admit(self, seq: Sequence) -> None:
         """Share every matching block, take fresh ones for the rest, and mark the shared tokens as cached."""
         assert not seq.block_table
         hits = self.match(seq)
         for block in hits:
-            if self.ref_count[block] == 0:
-                self.free.remove(block)  # revive it as it is: its K/V are exactly what we need
-            self.ref_count[block] += 1
-        fresh = [self._take() for _ in range(self.blocks_for(len(seq.tokens)) - len(hits))]
+            self.share(block)  # a free one is revived as it is: its K/V are exactly what we need
+        fresh = [self.allocate() for _ in range(self.blocks_for(len(seq.tokens)) - len(hits))]
         seq.block_table = hits + fresh
         seq.num_cached = len(hits) * self.block_size
         seq.block_hashes = [self.block_key[b] for b in hits]
         self.register_full_blocks(seq, len(seq.tokens))  # the coming prefill fills these
 
-    def _take(self) -> int:
+    def allocate(self) -> int:
         """A fresh block from the front of the free list; whatever it cached is forgotten (evicted)."""
-        block = super()._take()
+        block = super().allocate()
         key = self.block_key[block]
         if key is not None:
             del self.cached[key]

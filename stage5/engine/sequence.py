@@ -16,12 +16,15 @@ class Request:
     ``stop_after`` stands in for the model choosing to stop: the request ends after that many new tokens,
     as if a stop token had been sampled there. The scheduler never reads it; it only learns that a sequence
     ended when it does. ``None`` means run to the cap.
+
+    ``arrival`` is when the client sends it, in seconds on the serving run's clock (0: queued at the start).
     """
 
     id: int
     prompt: tuple[int, ...]
     max_tokens: int
     stop_after: int | None = None
+    arrival: float = 0.0
 
     def __post_init__(self) -> None:
         # Checked here so no engine meets a fractional cap (2.5 would produce 3 tokens) or a non-integer token.
@@ -39,6 +42,9 @@ class Request:
         if self.stop_after is not None and not 1 <= self.stop_after <= self.max_tokens:
             raise ValueError(f"request {self.id}: stop_after={self.stop_after} must lie in 1..max_tokens "
                              f"({self.max_tokens})")
+        if (not isinstance(self.arrival, (int, float)) or isinstance(self.arrival, bool)
+                or not 0 <= self.arrival < float("inf")):
+            raise ValueError(f"request {self.id}: arrival must be a finite number of seconds >= 0, got {self.arrival!r}")
 
     @property
     def max_len(self) -> int:

@@ -31,8 +31,10 @@ from typing import Protocol
 import torch
 
 from stage5.engine import checks
+from stage5.engine.batch import feed
 from stage5.engine.kv import KVPool, PagedAllocator
 from stage5.engine.model import Transformer
+from stage5.engine.scheduler import Scheduler
 from stage5.engine.sequence import Request, Sequence
 from stage5.models import ModelConfig
 
@@ -93,31 +95,20 @@ class PagedRunner:
     def ensure_blocks(self, seq: Sequence) -> None:
         """Blocks for every token in ``seq.tokens`` (admission is the caller's job: it checked the budget)."""
         while len(seq.block_table) < self.alloc.blocks_for(len(seq.tokens)):
-            seq.block_table.append(self.alloc._take())
+            seq.block_table.append(self.alloc.allocate())
 
     def truncate(self, seq: Sequence, keep_tokens: int, keep_cached: int) -> None:
         """Drop tokens past ``keep_tokens``, forget K/V past ``keep_cached``, free blocks no longer needed."""
         del seq.tokens[keep_tokens:]
         seq.num_cached = min(seq.num_cached, keep_cached)
         while len(seq.block_table) > self.alloc.blocks_for(len(seq.tokens)):
-            self.alloc._release(seq.block_table.pop())
+            self.alloc.free(seq.block_table.pop())
 
     def forward(self, batch: list[Sequence]) -> list[torch.Tensor]:
         """One pass over every sequence's tokens past ``num_cached``; returns [new tokens, V] logits each."""
-        tokens, positions, new_slots, ctx_slots, counts = [], [], [], [], []
         for seq in batch:
             self.ensure_blocks(seq)
-            new = torch.arange(seq.num_cached, len(seq.tokens))
-            tokens.append(torch.tensor(seq.tokens[seq.num_cached:], dtype=torch.long))
-            positions.append(new)
-            new_slots.append(self.alloc.slots(seq, new))
-            ctx_slots.append(self.alloc.slots(seq, torch.arange(len(seq.tokens))))
-            counts.append(len(new))
-        self.pool.plan(new_slots, ctx_slots)
-        logits = self.model(torch.cat(tokens), torch.cat(positions), self.pool)
-        for seq in batch:
-            seq.num_cached = len(seq.tokens)
-        return list(logits.split(counts))
+        return feed(self.model, self.pool, batch, self.alloc.slots, last_only=False)
 
 
 def probs(logits: torch.Tensor, temperature: float) -> torch.Tensor:
@@ -242,8 +233,12 @@ class SpecResult:
 
 
 class SpeculativeEngine:
-    """Continuous batching with speculative rounds; blocks for a request's whole ``max_len`` are budgeted at
-    admission (no preemption), and admitted requests get their prefill inside the same forward pass."""
+    """Continuous batching with speculative rounds, on the shared :class:`~stage5.engine.scheduler.Scheduler`.
+
+    It brings two things of its own: an admission policy that budgets blocks for a request's whole ``max_len``
+    (so a round never runs out of room and nothing is preempted), and the round itself (propose, verify,
+    truncate). Admitted requests get their prefill inside the same forward pass as the others' verification.
+    Every request is served from time 0 (arrival times are for :class:`~stage5.engine.engine.Engine`)."""
 
     def __init__(self, model: Transformer, cfg: ModelConfig, drafter: Drafter, k: int = 4,
                  temperature: float = 0.0, seed: int = 0, num_blocks: int = 256, block_size: int = 16,
@@ -275,7 +270,7 @@ class SpeculativeEngine:
 
     def _can_admit(self, seq: Sequence, running: list[Sequence]) -> bool:
         promised = sum(self._budget(s) - len(s.block_table) for s in running)
-        if len(running) >= self.max_batch or self._budget(seq) + promised > len(self.alloc.free):
+        if len(running) >= self.max_batch or self._budget(seq) + promised > self.alloc.num_free:
             return False
         draft = self._draft_alloc()
         if draft is None:
@@ -287,16 +282,22 @@ class SpeculativeEngine:
         """Everything :meth:`run` needs, checked before the first step: unique ids, each request fits both
         pools and both models' positions, token ids inside the vocabulary."""
         checks.unique_ids(requests)
-        draft = self._draft_alloc()
         for r in requests:
-            checks.fits_model(r, self.runner.cfg, "the target model")
-            if self.alloc.blocks_for(r.max_len) > self.alloc.num_blocks:
-                raise ValueError(f"request {r.id} needs {r.max_len} K/V slots; the pool holds {self.alloc.num_slots}")
-            if draft is not None:
-                checks.fits_model(r, self.drafter.runner.cfg, "the draft model")
-                if draft.blocks_for(r.max_len) > draft.num_blocks:
-                    raise ValueError(f"request {r.id} needs {r.max_len} K/V slots in the draft model's pool, which "
-                                     f"holds {draft.num_slots}; give DraftModelDrafter more num_blocks")
+            self.check_request(r)
+
+    def check_request(self, r: Request) -> None:
+        if r.arrival:
+            raise ValueError(f"request {r.id} arrives at {r.arrival} s; the speculative engine serves every request "
+                             "from time 0 (accepted: arrival=0; serve arrivals with Engine)")
+        draft = self._draft_alloc()
+        checks.fits_model(r, self.runner.cfg, "the target model")
+        if self.alloc.blocks_for(r.max_len) > self.alloc.num_blocks:
+            raise ValueError(f"request {r.id} needs {r.max_len} K/V slots; the pool holds {self.alloc.num_slots}")
+        if draft is not None:
+            checks.fits_model(r, self.drafter.runner.cfg, "the draft model")
+            if draft.blocks_for(r.max_len) > draft.num_blocks:
+                raise ValueError(f"request {r.id} needs {r.max_len} K/V slots in the draft model's pool, which "
+                                 f"holds {draft.num_slots}; give DraftModelDrafter more num_blocks")
 
     def _emit(self, seq: Sequence, logits: torch.Tensor, drafts: list[int], q: torch.Tensor | None,
               generator: torch.Generator) -> list[int]:
@@ -310,23 +311,18 @@ class SpeculativeEngine:
 
     @torch.no_grad()
     def run(self, requests: list[Request]) -> SpecResult:
-        self.check(requests)
+        sched = Scheduler(self.alloc, self.max_batch, policy=self._can_admit)
+        sched.submit(requests, self.check_request)  # unique ids, then each request's fit and positions
+        sched.arrive(0.0)
         generator = torch.Generator().manual_seed(self.seed)
-        waiting = [Sequence(r) for r in requests]
-        running: list[Sequence] = []
         outputs: dict[int, list[int]] = {}
         rounds: list[tuple[int, int]] = []
         steps = produced = full_rounds = full_tokens = 0
         t0 = time.perf_counter()
-        while waiting or running:
-            old = list(running)
-            new = []
-            while waiting and self._can_admit(waiting[0], running):
-                seq = waiting.pop(0)
-                self.alloc.admit(seq)
-                running.append(seq)
-                new.append(seq)
-            if not running:
+        while not sched.done:
+            old = list(sched.running)
+            new = sched.admit()
+            if not sched.running:
                 raise RuntimeError("no request could be admitted")
             ks = [min(self.k, s.request.output_len - len(s.output) - 1) for s in old]
             proposals = self.drafter.propose(old, ks, self.temperature, generator) if old else []
@@ -352,12 +348,9 @@ class SpeculativeEngine:
                          int(torch.multinomial(probs(last, self.temperature), 1, generator=generator)))
                 seq.tokens.append(token)
                 produced += 1
-            for seq in list(running):
-                if seq.finished:
-                    running.remove(seq)
-                    self.alloc.release(seq)
-                    self.drafter.release(seq)
-                    outputs[seq.id] = seq.output
+            for seq in sched.retire(list(sched.running)):
+                self.drafter.release(seq)
+                outputs[seq.id] = seq.output
         wall = time.perf_counter() - t0
         drafter = "draft" if isinstance(self.drafter, DraftModelDrafter) else (
             "prompt_lookup" if isinstance(self.drafter, PromptLookupDrafter) else type(self.drafter).__name__)

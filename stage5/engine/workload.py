@@ -55,3 +55,87 @@ def make_workload(n: int = 64, seed: int = 0, text: bytes | None = None, **overr
         start = int(rng.integers(0, len(text) - p))
         requests.append(Request(id=i, prompt=tuple(text[start:start + p]), max_tokens=spec.max_tokens, stop_after=o))
     return requests
+
+
+# ------------------------------------------------------------------------------------------------------------
+# Traffic that arrives over time, for serving under load (``python -m stage5 bench load``).
+
+@dataclass(frozen=True)
+class Lengths:
+    """A distribution of token counts.
+
+    * ``Lengths("fixed", value=64)``;
+    * ``Lengths("uniform", low=16, high=64)`` (both ends included);
+    * ``Lengths("long_tail", low=16, high=64, long_share=0.1, long_low=400, long_high=800)``: many short
+      lengths, uniform in ``low..high``, and a share ``long_share`` of long ones, uniform in
+      ``long_low..long_high`` - a few long prompts among many short ones.
+    """
+
+    kind: str
+    value: int = 0
+    low: int = 0
+    high: int = 0
+    long_share: float = 0.0
+    long_low: int = 0
+    long_high: int = 0
+
+    def __post_init__(self) -> None:
+        if self.kind not in ("fixed", "uniform", "long_tail"):
+            raise ValueError(f"length distribution {self.kind!r} is unknown; accepted: fixed, uniform, long_tail")
+        if self.kind == "fixed" and self.value < 1:
+            raise ValueError(f"a fixed length must be >= 1, got {self.value}")
+        if self.kind != "fixed" and not 1 <= self.low <= self.high:
+            raise ValueError(f"lengths need 1 <= low <= high, got low={self.low}, high={self.high}")
+        if self.kind == "long_tail" and not (0 <= self.long_share <= 1 and 1 <= self.long_low <= self.long_high):
+            raise ValueError(f"a long tail needs 0 <= long_share <= 1 and 1 <= long_low <= long_high, got "
+                             f"{self.long_share}, {self.long_low}, {self.long_high}")
+
+    @property
+    def longest(self) -> int:
+        return {"fixed": self.value, "uniform": self.high, "long_tail": max(self.high, self.long_high)}[self.kind]
+
+    def draw(self, rng: np.random.Generator, n: int) -> list[int]:
+        if self.kind == "fixed":
+            return [self.value] * n
+        short = rng.integers(self.low, self.high + 1, n)
+        if self.kind == "uniform":
+            return short.tolist()
+        long = rng.integers(self.long_low, self.long_high + 1, n)
+        return np.where(rng.random(n) < self.long_share, long, short).tolist()
+
+
+def poisson_arrivals(n: int, rate: float, seed: int = 0) -> list[float]:
+    """``n`` arrival times (seconds) of a Poisson process at ``rate`` requests/s: exponential gaps, first at 0."""
+    if not rate > 0 or rate == float("inf"):
+        raise ValueError(f"rate must be a finite number of requests per second > 0, got {rate!r}")
+    gaps = np.random.default_rng(seed).exponential(1.0 / rate, n)
+    gaps[0] = 0.0
+    return np.cumsum(gaps).tolist()
+
+
+def make_arrivals(n: int, prompt: Lengths, output: Lengths, rate: float | None = None,
+                  timestamps: list[float] | None = None, seed: int = 0, max_tokens: int | None = None,
+                  text: bytes | None = None) -> list[Request]:
+    """``n`` requests sent at the times of a Poisson process at ``rate`` or at ``timestamps`` (one of the two),
+    prompts sliced from ``text`` (default: the held-out corpus) with lengths from ``prompt``, answers of
+    lengths from ``output`` under a cap of ``max_tokens`` (default: the longest answer ``output`` can draw).
+    The same seed gives the same requests at every rate, so a sweep compares like with like."""
+    if (rate is None) == (timestamps is None):
+        raise ValueError("give exactly one of rate (a Poisson process) or timestamps (one per request)")
+    if timestamps is not None and len(timestamps) != n:
+        raise ValueError(f"{len(timestamps)} timestamps for {n} requests; accepted: one per request")
+    times = poisson_arrivals(n, rate, seed) if rate is not None else [float(t) for t in timestamps]
+    cap = max_tokens or output.longest
+    if output.longest > cap:
+        raise ValueError(f"longest answer ({output.longest}) exceeds the cap max_tokens={cap}")
+    if text is None:
+        from stage5.engine.checkpoints import corpus_split
+
+        text = corpus_split()[1]
+    if len(text) <= prompt.longest:
+        raise ValueError(f"text of {len(text)} bytes is too short for a {prompt.longest}-byte prompt")
+    rng = np.random.default_rng(seed + 1)  # lengths and prompts do not depend on the rate
+    prompts, outputs = prompt.draw(rng, n), output.draw(rng, n)
+    starts = rng.integers(0, len(text) - prompt.longest, n)
+    return [Request(id=i, prompt=tuple(text[s:s + p]), max_tokens=cap, stop_after=o, arrival=t)
+            for i, (p, o, s, t) in enumerate(zip(prompts, outputs, starts.tolist(), times, strict=True))]
