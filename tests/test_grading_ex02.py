@@ -1,9 +1,14 @@
 """ex02 (a toy serving loop, bad version first), graded end to end.
 
 The fixtures in tests/submissions/ex02 (built by tests/submissions/make_fixtures_ex02.py) are graded once per
-module: the solution scores full marks, the blank release zero, and each wrong build (a leaked block, an
-off-by-one at a block boundary, a "paged" cache that reserves the whole cap, a "continuous" scheduler that waits
-for the batch, a cache that borrows the reference allocator) scores below full with feedback naming its mistake.
+module. The learner's engine runs in its kernel on hidden workloads and hands back traces; the grader compares them
+exactly with the course engine's. The solution and two correct builds by another route (reference counts in a
+Counter, slots() returning a list) score full marks, the blank release zero, and each wrong build scores below full
+with feedback naming its mistake: a leaked block, an off-by-one at a block boundary, a "paged" cache that reserves the
+whole cap, a "continuous" scheduler that waits for the batch, a cache that borrows the reference allocator, and the
+scheduling slips a held-out set of learners made (preempting the oldest, the victim at the back of the queue, a
+restart from scratch, growing only while blocks are free, one admission per step, metering before the forward pass,
+8x the memory, removing from a list while iterating over it).
 """
 
 from __future__ import annotations
@@ -17,16 +22,30 @@ AUTO_MAX = (14, 4)  # (autograded points, points marked by hand)
 ALL = {"p1_contiguous_cache", "p1_static_loop", "p2_block_allocator", "p2_block_tables", "p2_paged_static",
        "p3_continuous", "p3_preemption", "p4_table", "p4_lever"}
 PAGED = {"p2_block_tables", "p2_paged_static", "p3_continuous", "p3_preemption"}
+TIGHT = "P3 preemption under a tight pool (6 blocks of 8): "
 
 # student: (score, failed checks, words the feedback must contain)
 EXPECTED = {
     "solved": (14, set(), []),
+    "counter_refcount": (14, set(), []),  # nothing leaks: only the counts are read, never the Counter's keys
+    "slots_list": (14, set(), []),  # the text asks for one slot per position, a tensor or a list
     "blank": (0, ALL, ["NotImplementedError"]),
     "leaked_block": (6, PAGED | {"p4_table"}, ["leaked blocks"]),
-    "off_by_one": (12, {"p2_block_tables"}, ["off-by-one at a block boundary"]),
+    "off_by_one": (6, PAGED | {"p4_table"}, ["off-by-one at a block boundary"]),
     "reserves_max": (6, PAGED | {"p4_table"}, ["reserves the whole max_tokens cap"]),
-    "waits_for_batch": (11, {"p3_continuous", "p4_table"}, ["still waits for the batch to finish"]),
-    "delegates": (7, PAGED, ["switched off while your code is graded"]),
+    "waits_for_batch": (9, {"p3_continuous", "p3_preemption", "p4_table"}, ["still waits for the batch to finish"]),
+    "delegates": (7, PAGED, ["PagedAllocator.can_admit, which computes this answer for you"]),
+    "preempt_oldest": (12, {"p3_preemption"}, [TIGHT + "step 17: you preempted an older sequence than the rule says"]),
+    "victim_at_back": (12, {"p3_preemption"}, [TIGHT + "step 17: a newer request was admitted while a preempted "
+                                               "sequence was still waiting"]),
+    "restart_from_scratch": (12, {"p3_preemption"}, ["it is not restarted from scratch"]),
+    "grow_while_free": (12, {"p3_preemption"}, [TIGHT + "step 12: you preempted where the reference had room"]),
+    "admit_one_per_step": (9, {"p3_continuous", "p3_preemption", "p4_table"},
+                           ["step 1: you admitted one waiting request where more fit"]),
+    "meter_before_forward": (10, {"p3_continuous", "p3_preemption"}, ["call meter.step after forward_step"]),
+    "memory_8x": (6, PAGED | {"p4_table"},
+                  ["holds exactly num_blocks blocks of block_size slots", "more than the pool it was given"]),
+    "mutates_while_iterating": (9, {"p3_continuous", "p3_preemption", "p4_table"}, ["has no new token to feed"]),
 }
 
 
@@ -53,11 +72,11 @@ def test_feedback_names_the_misconception(graded, student):
     check_feedback_has(graded[0], student, "ex02", EXPECTED[student][2])
 
 
-@pytest.mark.parametrize("student", ["waits_for_batch", "leaked_block", "blank"])
+@pytest.mark.parametrize("student", ["waits_for_batch", "leaked_block", "blank", "preempt_oldest"])
 def test_feedback_hides_hidden_tests(graded, student):
     course, _ = graded
     text = course.feedback_text(student, "ex02")
-    for secret in ("BEGIN HIDDEN TESTS", "reference_run", "small_workload(20, seed=11)", "MARK SCHEME"):
+    for secret in ("BEGIN HIDDEN TESTS", "reference_trace", "_serving(", '"small", 20, 11', "MARK SCHEME"):
         assert secret not in text
 
 
@@ -67,7 +86,7 @@ def test_committed_release_matches_solutions(graded):
 
 def test_release_has_no_answers_and_installs_stage5():
     text = (REPO / "exercises" / "ex02" / "ex02.ipynb").read_text()
-    for secret in ("BEGIN SOLUTION", "HIDDEN TESTS", "MARK SCHEME", "reference_run", "check_metrics",
+    for secret in ("BEGIN SOLUTION", "HIDDEN TESTS", "MARK SCHEME", "reference_trace", "check_serving",
                    "free_list.popleft", "-(-num_tokens"):
         assert secret not in text
     nb = json.loads(text)
@@ -100,6 +119,12 @@ def test_solution_matches_the_reference_engine_in_process():
             assert got.trace == ref.trace, (allocator, scheduler)
             assert got.kv_utilization == pytest.approx(ref.kv_utilization)
             assert got.preemptions == ref.preemptions
+
+
+def test_visible_failures_never_show_torch_internals(graded):
+    """A loop that skips or repeats a sequence meets forward_step's own message, not a tensor-shape error."""
+    text = graded[0].feedback_text("mutates_while_iterating", "ex02")
+    assert "reshape" not in text and "0 elements" not in text
 
 
 def test_readme_lists_ex02():
