@@ -25,6 +25,7 @@ from .ex02 import (
     SERVING_BLOCKED,
     SERVING_CPU_SECONDS,
     check_allocator,
+    check_attention,
     check_block_tables,
     check_contiguous,
     check_continuous,
@@ -47,7 +48,7 @@ from .ex03 import (
 __all__ = [
     "DIAGNOSIS_BLOCKED", "DIAGNOSIS_FIELDS", "FUNCTION_GAIN_FACTOR", "GAIN_FACTOR", "GB_PER_GiB", "SERVING_BLOCKED",
     "SERVING_CPU_SECONDS", "UNIT_MISCONCEPTIONS", "GradingError", "UnavailableError", "_learner_failures",
-    "call_diagnose", "call_learner", "check_allocator", "check_block_tables", "check_close", "check_contiguous",
+    "call_diagnose", "call_learner", "check_allocator", "check_attention", "check_block_tables", "check_close", "check_contiguous",
     "check_continuous", "check_diagnosis", "check_results", "check_serving", "describe_deployment", "diagnose",
     "kernel_of", "kv_misconceptions", "label", "reference_diagnosis", "reference_trace", "unavailable",
 ]

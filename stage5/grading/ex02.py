@@ -507,3 +507,118 @@ def check_results(label: str, results: Any, workload: list[list[Any]], num_block
                                    f"took {'more' if more else 'fewer or as many'} steps than it should): serve it "
                                    f"with {'ContiguousCache' if cache == 'contiguous' else 'PagedCache'} and "
                                    f"continuous={scheduler == 'continuous'}")
+
+
+# --- attention through the block table
+#: The reference attention backend, switched off while the learner's own is probed.
+ATTENTION_BLOCKED: tuple[str, ...] = SERVING_BLOCKED + tuple(
+    f"stage5.engine.kv.KVPool.{m}" for m in ("plan", "attend", "_group"))
+
+
+def _attention_case(seed: int) -> tuple[Any, ...]:
+    """A step mixing a scattered prefill, a decode over cached tokens and a short prefill after cached ones:
+    (cached slots and their K/V, new slots, context slots, q, k, v), all from ``seed``."""
+    import torch
+
+    from stage5.exercise_support import TINY
+
+    g = torch.Generator().manual_seed(seed)
+    perm = torch.randperm(40, generator=g)
+    cached = [perm[0:0], perm[5:12], perm[13:16]]  # sequence 0 has nothing cached yet
+    new = [perm[30:35], perm[12:13], perm[35:37]]
+    context = [torch.cat([c, n]) for c, n in zip(cached, new, strict=True)]
+    n = sum(len(x) for x in new)
+    old = torch.cat(cached)
+    old_kv = torch.randn(2, len(old), TINY.num_kv_heads, TINY.head_dim, generator=g, dtype=torch.float64)
+    q = torch.randn(n, TINY.num_heads, TINY.head_dim, generator=g, dtype=torch.float64)
+    k, v = (torch.randn(n, TINY.num_kv_heads, TINY.head_dim, generator=g, dtype=torch.float64) for _ in range(2))
+    return old, old_kv, new, context, q, k, v
+
+
+def _probe_attention(label: str, cls: Any, seed: int) -> dict[str, Any]:
+    import torch
+
+    from stage5.exercise_support import TINY
+
+    old, old_kv, new, context, q, k, v = _attention_case(seed)
+    store = cls(TINY, 40, torch.float64)
+    store.data[1, :, old] = old_kv
+    store.plan(new, context)
+    out = store.attend(1, q, k, v)
+    written = torch.cat(new)
+    return {"out": torch.as_tensor(out).tolist(),
+            "stored": bool(torch.equal(store.data[1, 0, written], k) and torch.equal(store.data[1, 1, written], v))}
+
+
+DRIVERS["attention"] = _probe_attention
+
+
+def _attention_variants(seed: int) -> dict[str, Any]:
+    """The reference output for a case, and what common slips give instead."""
+    import torch
+    import torch.nn.functional as F
+
+    from stage5.engine.kv import KVPool
+    from stage5.exercise_support import TINY
+
+    old, old_kv, new, context, q, k, v = _attention_case(seed)
+    pool = KVPool(TINY, 40, torch.float64)
+    pool.data[1, :, old] = old_kv
+    pool.plan(new, context)
+    outs = {"right": pool.attend(1, q, k, v)}
+    store = pool.data[1]
+    group = TINY.num_heads // TINY.num_kv_heads
+
+    def manual(causal: bool = True, interleave: bool = True, scale: bool = True) -> Any:
+        rows, start = [], 0
+        for nw, ctx in zip(new, context, strict=True):
+            keys, values = store[0, ctx], store[1, ctx]
+            if interleave:
+                keys, values = keys.repeat_interleave(group, 1), values.repeat_interleave(group, 1)
+            else:
+                keys, values = keys.repeat(1, group, 1), values.repeat(1, group, 1)
+            s = torch.einsum("qhd,khd->hqk", q[start:start + len(nw)], keys) / (TINY.head_dim ** 0.5 if scale else 1)
+            if causal:
+                first = len(ctx) - len(nw)
+                s = s.masked_fill(torch.arange(len(ctx))[None, :] > first + torch.arange(len(nw))[:, None],
+                                  float("-inf"))
+            rows.append(torch.einsum("hqk,khd->qhd", F.softmax(s, -1), values))
+            start += len(nw)
+        return torch.cat(rows)
+
+    outs["not causal"] = manual(causal=False)
+    outs["heads"] = manual(interleave=False)
+    outs["scale"] = manual(scale=False)
+    return outs
+
+
+def check_attention(label: str, kernel: Any, seeds: tuple[int, ...] = (0, 1)) -> None:
+    """The learner's ``PagedKV`` on hidden steps against the course's attention backend (float64, to 1e-9)."""
+    import torch
+
+    hints = {"not causal": "a new token attends to positions after its own: a token at position p sees only "
+                           "positions 0 .. p of its sequence (mask the rest)",
+             "heads": "query head h must read key-value head h // (heads // kv_heads): consecutive query heads "
+                      "share one key-value head (repeat_interleave, not repeat)",
+             "scale": "the scores are not scaled: divide q . k by sqrt(head_dim)"}
+    for seed in seeds:
+        got = kernel.drive(label, "attention", ["PagedKV"], {"seed": seed}, blocked=ATTENTION_BLOCKED)
+        outs = _attention_variants(seed)
+        right = outs["right"]
+        try:
+            out = torch.tensor(got["out"], dtype=torch.float64)
+        except (TypeError, ValueError):
+            raise GradingError(f"{label}: attend() should return a tensor of [tokens, heads, head_dim]") from None
+        if tuple(out.shape) != tuple(right.shape):
+            raise GradingError(f"{label}: attend() returned shape {tuple(out.shape)}; it should return one "
+                               "[heads, head_dim] row per new token, in the order of q")
+        if not got["stored"]:
+            raise GradingError(f"{label}: attend() must store each new token's key and value at its new slot "
+                               "(data[layer, 0 or 1, slot])")
+        if torch.allclose(out, right, rtol=1e-9, atol=1e-12):
+            continue
+        for name, alt in outs.items():
+            if name != "right" and torch.allclose(out, alt, rtol=1e-9, atol=1e-12):
+                raise GradingError(f"{label}: {hints[name]}")
+        raise GradingError(f"{label}: the attention output differs from the course's: read each sequence's context "
+                           "through its own context slots, causally, one key-value head per group of query heads")

@@ -65,6 +65,12 @@ def ex02():
         "memory_8x": variant("paged_answer", ("self.blocks = BlockAllocator(num_blocks)",
                                               "self.blocks = BlockAllocator(8 * num_blocks)  # plenty"),
                              ("self.num_slots = num_blocks * block_size", "self.num_slots = 8 * num_blocks * block_size")),
+        # attention through the block table without the causal mask, or with the wrong query-to-KV head mapping
+        "attention_not_causal": variant("paged_kv_answer", (
+            'weights = scores.masked_fill(~visible, float("-inf")).softmax(dim=-1)', "weights = scores.softmax(dim=-1)")),
+        "attention_head_mapping": variant("paged_kv_answer", (
+            "keys = store[0, context].repeat_interleave(group, dim=1)", "keys = store[0, context].repeat(1, group, 1)"),
+            ("values = store[1, context].repeat_interleave(group, dim=1)", "values = store[1, context].repeat(1, group, 1)")),
         # a loop that removes finished sequences from the list it iterates over skips the next one
         "mutates_while_iterating": variant("serve_answer", (
             "        for seq, token in zip(batch, next_tokens, strict=True):",
