@@ -5,8 +5,9 @@ kernel executes. The grader executes it in a namespace built from the notebook's
 from the gradebook), with the learner's names it reads fetched from the kernel as data and the learner's functions
 as :class:`~stage5.grading.remote.RemoteFunction`. Its verdict is added to the cell as a one-line error.
 
-Blocks that drive live objects in the kernel (exercise 2's caches and serving loop, checked by the names in
-``KERNEL_ONLY``) still run in the kernel, inside the sandbox, until that exercise hands over traces instead.
+Exercise 2's blocks drive the learner's caches and loops through ``_kernel`` (a
+:class:`~stage5.grading.remote.Kernel`): trusted probes run them in the kernel and hand back traces as data, which
+the grader compares with the reference engine's.
 """
 
 from __future__ import annotations
@@ -23,11 +24,10 @@ from typing import Any
 from nbclient.exceptions import DeadKernelError
 from nbformat import NotebookNode
 
-from stage5.grading.remote import RemoteFunction, decode
+from stage5.grading.remote import Kernel, RemoteFunction, decode
 
 HIDDEN = re.compile(r"^[ \t]*### BEGIN HIDDEN TESTS[^\n]*\n(.*?)^[ \t]*### END HIDDEN TESTS[^\n]*\n?", re.M | re.S)
-KERNEL_ONLY = frozenset({"run_serving", "check_outputs", "check_no_leaks", "check_block_tables", "check_continuous",
-                         "check_metrics", "reference_run", "SERVING_BLOCKED"})
+KERNEL_ONLY: frozenset[str] = frozenset()  # names whose hidden blocks must run in the kernel: none since ex02 hands over traces
 
 
 def _meta(cell: NotebookNode) -> dict[str, Any]:
@@ -93,6 +93,7 @@ class HostChecks:
     def run(self, hidden: str) -> str | None:
         """None when the hidden checks pass, else the learner-safe ``Name: message`` of the first failure."""
         ns = dict(self.trusted_namespace())
+        ns["_kernel"] = Kernel(self._call)
         wanted = sorted(_free_names(hidden) - set(ns))
         if wanted:
             expr = f"__import__('stage5.grading.remote', fromlist=['values']).values({wanted!r})"

@@ -53,7 +53,39 @@ def forward_step(model: Transformer, pool: KVPool, batch: list[Sequence], cache)
     after admission, else its newest token). Their K/V are written to ``cache.slots(seq, new positions)`` and
     attention reads the context back through ``cache.slots(seq, all positions)``. Sets ``seq.num_cached`` and
     returns the next (greedy) token of each sequence, in order. The caller appends them."""
-    return feed(model, pool, batch, cache.slots).argmax(dim=-1).tolist()
+    if not batch:
+        raise ValueError("forward_step got an empty batch: call it only when at least one sequence runs")
+    for seq in batch:
+        # a learner's loop that skips or repeats a sequence meets these messages, not a tensor-shape error
+        if seq.finished:
+            raise ValueError(f"sequence {seq.id} is in the batch but has already finished: a finished sequence "
+                             "leaves `running` (take care when removing from a list you are iterating over)")
+        if seq.num_cached >= len(seq.tokens):
+            raise ValueError(f"sequence {seq.id} has no new token to feed (num_cached = len(tokens) = "
+                             f"{len(seq.tokens)}): append each step's new token before the next step, and reset "
+                             "num_cached to 0 when a sequence is preempted")
+
+    def checked_slots(seq: Sequence, positions: torch.Tensor) -> torch.Tensor:
+        return _slots(cache, seq, positions, pool)
+
+    return feed(model, pool, batch, checked_slots).argmax(dim=-1).tolist()
+
+
+def _slots(cache, seq: Sequence, positions: torch.Tensor, pool: KVPool) -> torch.Tensor:
+    """``cache.slots(seq, positions)`` as a tensor of ints (a list is fine), checked before torch indexes with it."""
+    got = cache.slots(seq, positions)
+    try:
+        slots = torch.as_tensor(got, dtype=torch.long).reshape(-1)
+    except (TypeError, ValueError, RuntimeError):
+        raise ValueError(f"cache.slots(seq, positions) returned {type(got).__name__}: return a 1-D tensor or a list "
+                         "of ints, one slot per position") from None
+    if len(slots) != len(positions):
+        raise ValueError(f"cache.slots() returned {len(slots)} slots for {len(positions)} positions of sequence "
+                         f"{seq.id}: one slot per position (is its block table long enough?)")
+    capacity = pool.data.shape[2]  # (layers, K/V, slots, heads, head_dim)
+    if len(slots) and (int(slots.min()) < 0 or int(slots.max()) >= capacity):
+        raise ValueError(f"cache.slots() gave sequence {seq.id} a slot outside the pool of {capacity} slots")
+    return slots
 
 
 class Meter:
@@ -71,7 +103,11 @@ class Meter:
         self.step_context: list[int] = []
         self.outputs: dict[int, list[int]] = {}
         self.produced = self.peak = self.prefills = self.preemptions = 0
+        self.lengths: list[tuple[int, ...]] = []  # per step: len(tokens) of each sequence that ran
         self.t0 = time.perf_counter()
+        Meter.last = self  # the grader reads the lengths of the latest run from here
+
+    last: Meter | None = None
 
     def step(self, batch: list[Sequence], cache, admitted: bool) -> None:
         """``batch``: every sequence that ran this step; ``admitted``: did this step admit anyone?"""
@@ -81,6 +117,7 @@ class Meter:
         self.peak = max(self.peak, len(batch))
         self.produced += len(batch)
         self.step_context.append(sum(len(s.tokens) for s in batch))
+        self.lengths.append(tuple(len(s.tokens) for s in batch))
         reserved = sum(cache.reserved(s) for s in batch)
         if reserved:
             self.utilization.append(sum(s.num_cached for s in batch) / reserved)

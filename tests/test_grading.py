@@ -33,11 +33,22 @@ EXPECTED = {
               ["about 8x too large: did you use query heads", "about 7x too large", "query heads"], []),
     "nofactor2": (8, {"a3_kv", "a5_concurrency", "a7_intensity_kv", "b1_kv_function", "b3_concurrency_function"},
                   ["forget the factor 2 for keys and values"], []),
-    "gbgib": (15, {"a4_budget", "b3_concurrency_function"}, ["decimal GB and binary GiB"], []),
+    # A5 is checked exactly, so the budget's unit slip carries into it (and is named there too)
+    "gbgib": (13, {"a4_budget", "a5_concurrency", "b3_concurrency_function"}, ["decimal GB and binary GiB"], []),
     "hardcoded": (12, {"b1_kv_function", "b2_floor_function", "b3_concurrency_function"},
                   ["on an unseen model", "on an unseen deployment"], []),
     "delegates": (12, {"b1_kv_function", "b2_floor_function", "b3_concurrency_function"},
                   ["computes this answer for you"], []),
+    "roundup": (15, {"a5_concurrency", "b3_concurrency_function"}, ["one too many: round down"], []),
+    "flops_floor": (16, {"a1_floor", "b2_floor_function"}, ["the arithmetic time (FLOPs / FLOP/s)"], []),
+    "flops_once": (17, {"a6_intensity", "a7_intensity_kv"},
+                   ["a multiply-add is 2 FLOPs", "2 FLOPs per parameter per token, not 1"], []),
+    "reserve_once": (13, {"a4_budget", "a5_concurrency", "b3_concurrency_function"},
+                     ["32 GiB on four", "not 8 GiB once", "reserve_gib_per_gpu on each GPU, not once"], []),
+    "kv_no_layers": (12, {"a7_intensity_kv", "b1_kv_function", "b3_concurrency_function"},
+                     ["count every layer (multiply by num_layers)", "multiply by the number of layers"], []),
+    "weight_bytes": (20, set(), [], []),  # config.weight_bytes() is allowed: the notebook bans only stage5.cost
+    "whole_float": (20, set(), [], []),  # 39.0 is a whole number
     "loop": (19, {"a2_ridge"}, ["used more than 10 s of CPU time"], ["timed out"]),
     "crash": (18, {"a1_floor"}, ["numpy_financial"], []),
     "bigoutput": (20, set(), ["output truncated"], ["output truncated"]),
@@ -165,3 +176,10 @@ def test_make_grade_with_empty_inbox_says_so(tmp_path, capsys):
     (tmp_path / "inbox").mkdir()
     assert grade.main(["--work", str(tmp_path), "--inbox", str(tmp_path / "inbox")]) == 1
     assert "no submissions" in capsys.readouterr().err
+
+
+def test_hints_follow_the_nearest_slip(graded):
+    """A reserve counted once (8 GiB in all) lands within 2% of a reserve left out: the learner's exact figure
+    decides which hint they see, so they are not told they left out what they counted."""
+    text = graded[0].feedback_text("reserve_once", "ex01")
+    assert "reserved for activations" not in text

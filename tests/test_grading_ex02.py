@@ -1,9 +1,15 @@
 """ex02 (a toy serving loop, bad version first), graded end to end.
 
 The fixtures in tests/submissions/ex02 (built by tests/submissions/make_fixtures_ex02.py) are graded once per
-module: the solution scores full marks, the blank release zero, and each wrong build (a leaked block, an
-off-by-one at a block boundary, a "paged" cache that reserves the whole cap, a "continuous" scheduler that waits
-for the batch, a cache that borrows the reference allocator) scores below full with feedback naming its mistake.
+module. The learner's engine runs in its kernel on hidden workloads and hands back traces; the grader compares them
+exactly with the course engine's. The solution and two correct builds by another route (reference counts in a
+Counter, slots() returning a list) score full marks, the blank release zero, and each wrong build scores below full
+with feedback naming its mistake: a leaked block, an off-by-one at a block boundary, a "paged" cache that reserves the
+whole cap, a "continuous" scheduler that waits for the batch, a cache that borrows the reference allocator, and the
+attention without the causal mask or with the wrong head mapping, the
+scheduling slips a held-out set of learners made (preempting the oldest, the victim at the back of the queue, a
+restart from scratch, growing only while blocks are free, one admission per step, metering before the forward pass,
+8x the memory, removing from a list while iterating over it).
 """
 
 from __future__ import annotations
@@ -13,20 +19,37 @@ import json
 import pytest
 from grading_harness import REPO, check_feedback_has, check_release_is_fresh, check_result, grade_classes
 
-AUTO_MAX = (14, 4)  # (autograded points, points marked by hand)
-ALL = {"p1_contiguous_cache", "p1_static_loop", "p2_block_allocator", "p2_block_tables", "p2_paged_static",
+AUTO_MAX = (16, 4)  # (autograded points, points marked by hand)
+ALL = {"p1_contiguous_cache", "p1_static_loop", "p2_block_allocator", "p2_block_tables", "p2_attention", "p2_paged_static",
        "p3_continuous", "p3_preemption", "p4_table", "p4_lever"}
 PAGED = {"p2_block_tables", "p2_paged_static", "p3_continuous", "p3_preemption"}
+TIGHT = "P3 preemption under a tight pool (6 blocks of 8): "
 
 # student: (score, failed checks, words the feedback must contain)
 EXPECTED = {
-    "solved": (14, set(), []),
+    "solved": (16, set(), []),
+    "counter_refcount": (16, set(), []),  # nothing leaks: only the counts are read, never the Counter's keys
+    "slots_list": (16, set(), []),  # the text asks for one slot per position, a tensor or a list
     "blank": (0, ALL, ["NotImplementedError"]),
-    "leaked_block": (6, PAGED | {"p4_table"}, ["leaked blocks"]),
-    "off_by_one": (12, {"p2_block_tables"}, ["off-by-one at a block boundary"]),
-    "reserves_max": (6, PAGED | {"p4_table"}, ["reserves the whole max_tokens cap"]),
-    "waits_for_batch": (11, {"p3_continuous", "p4_table"}, ["still waits for the batch to finish"]),
-    "delegates": (7, PAGED, ["switched off while your code is graded"]),
+    "leaked_block": (8, PAGED | {"p4_table"}, ["leaked blocks"]),
+    "off_by_one": (8, PAGED | {"p4_table"}, ["off-by-one at a block boundary"]),
+    "reserves_max": (8, PAGED | {"p4_table"}, ["reserves the whole max_tokens cap"]),
+    "waits_for_batch": (11, {"p3_continuous", "p3_preemption", "p4_table"}, ["still waits for the batch to finish"]),
+    "delegates": (9, PAGED, ["PagedAllocator.can_admit, which computes this answer for you"]),
+    "preempt_oldest": (14, {"p3_preemption"}, [TIGHT + "step 17: you preempted an older sequence than the rule says"]),
+    "victim_at_back": (14, {"p3_preemption"}, [TIGHT + "step 17: a newer request was admitted while a preempted "
+                                               "sequence was still waiting"]),
+    "restart_from_scratch": (14, {"p3_preemption"}, ["it is not restarted from scratch"]),
+    "grow_while_free": (14, {"p3_preemption"}, [TIGHT + "step 12: you preempted where the reference had room"]),
+    "admit_one_per_step": (11, {"p3_continuous", "p3_preemption", "p4_table"},
+                           ["step 1: you admitted one waiting request where more fit"]),
+    "meter_before_forward": (12, {"p3_continuous", "p3_preemption"}, ["call meter.step after forward_step"]),
+    "memory_8x": (8, PAGED | {"p4_table"},
+                  ["holds exactly num_blocks blocks of block_size slots", "more than the pool it was given"]),
+    "attention_not_causal": (10, {"p2_attention", "p3_continuous", "p3_preemption"}, ["check the causal mask"]),
+    "attention_head_mapping": (10, {"p2_attention", "p3_continuous", "p3_preemption"},
+                               ["the head mapping h // (heads // kv_heads)"]),
+    "mutates_while_iterating": (11, {"p3_continuous", "p3_preemption", "p4_table"}, ["has no new token to feed"]),
 }
 
 
@@ -53,11 +76,11 @@ def test_feedback_names_the_misconception(graded, student):
     check_feedback_has(graded[0], student, "ex02", EXPECTED[student][2])
 
 
-@pytest.mark.parametrize("student", ["waits_for_batch", "leaked_block", "blank"])
+@pytest.mark.parametrize("student", ["waits_for_batch", "leaked_block", "blank", "preempt_oldest"])
 def test_feedback_hides_hidden_tests(graded, student):
     course, _ = graded
     text = course.feedback_text(student, "ex02")
-    for secret in ("BEGIN HIDDEN TESTS", "reference_run", "small_workload(20, seed=11)", "MARK SCHEME"):
+    for secret in ("BEGIN HIDDEN TESTS", "reference_trace", "_serving(", '"small", 20, 11', "MARK SCHEME"):
         assert secret not in text
 
 
@@ -67,7 +90,7 @@ def test_committed_release_matches_solutions(graded):
 
 def test_release_has_no_answers_and_installs_stage5():
     text = (REPO / "exercises" / "ex02" / "ex02.ipynb").read_text()
-    for secret in ("BEGIN SOLUTION", "HIDDEN TESTS", "MARK SCHEME", "reference_run", "check_metrics",
+    for secret in ("BEGIN SOLUTION", "HIDDEN TESTS", "MARK SCHEME", "reference_trace", "check_serving",
                    "free_list.popleft", "-(-num_tokens"):
         assert secret not in text
     nb = json.loads(text)
@@ -102,7 +125,39 @@ def test_solution_matches_the_reference_engine_in_process():
             assert got.preemptions == ref.preemptions
 
 
+def test_visible_failures_never_show_torch_internals(graded):
+    """A loop that skips or repeats a sequence meets forward_step's own message, not a tensor-shape error."""
+    text = graded[0].feedback_text("mutates_while_iterating", "ex02")
+    assert "reshape" not in text and "0 elements" not in text
+
+
 def test_readme_lists_ex02():
     readme = (REPO / "README.md").read_text()
     row = next(line for line in readme.splitlines() if line.startswith("| `exercises/ex02`"))
     assert "hours" in row or "hour" in row
+
+
+@pytest.mark.parametrize("slip, words", [
+    (('weights = scores.masked_fill(~visible, float("-inf")).softmax(dim=-1)', "weights = scores.softmax(dim=-1)"),
+     "sees only positions 0 .. p"),
+    (("/ q.shape[-1] ** 0.5", ""), "divide q . k by sqrt(head_dim)"),
+    ((".repeat_interleave(group, dim=1)", ".repeat(1, group, 1)"), "repeat_interleave"),  # keys and values
+])
+def test_attention_probe_names_the_slip(slip, words):
+    """The hidden attention probe (run here in-process) names each slip in the learner's PagedKV."""
+    import torch
+
+    from stage5.grading import GradingError, check_attention
+    from stage5.grading.ex02 import LocalKernel
+
+    nb = json.loads((REPO / "solutions" / "ex02" / "ex02.ipynb").read_text())
+    src = "".join(next(c for c in nb["cells"] if c["metadata"].get("nbgrader", {}).get("grade_id") == "paged_kv_answer")
+                  ["source"])
+    ns: dict = {"torch": torch}
+    exec(src, ns)  # noqa: S102 - our own solution notebook
+    check_attention("P2 attention", LocalKernel(ns))
+    assert src.count(slip[0]) >= 1
+    wrong: dict = {"torch": torch}
+    exec(src.replace(*slip), wrong)  # noqa: S102
+    with pytest.raises(GradingError, match=words.replace(".", r"\.").replace("(", r"\(").replace(")", r"\)")):
+        check_attention("P2 attention", LocalKernel(wrong))

@@ -12,6 +12,7 @@ from stage5.grading import (
     check_close,
     diagnose,
     kv_misconceptions,
+    label,
     unavailable,
 )
 from stage5.models import get_model
@@ -42,6 +43,23 @@ def test_ratio_hints():
 
 def test_wrong_answers_first():
     assert diagnose(38, 39, rel_tol=0, wrong_answers=[(38, "mixed GB and GiB")]) == "mixed GB and GiB"
+
+
+def test_the_nearest_wrong_answer_names_the_slip():
+    """Two slips within the tolerance of each other: the learner's exact figure picks the hint."""
+    slips = [(428.6, "you left out the reserve"), (420.6, "the reserve is per GPU")]
+    assert diagnose(420.6, 396.6, wrong_answers=slips) == "the reserve is per GPU"
+    assert diagnose(428.6, 396.6, wrong_answers=slips) == "you left out the reserve"
+
+
+def test_exact_checks_give_a_direction_without_a_tolerance():
+    assert diagnose(45, 39, rel_tol=0) == "too large: re-check the inputs and unit conversions"
+    assert "%" not in diagnose(40, 39, rel_tol=0)
+
+
+def test_labels_read_as_a_reader_would():
+    assert [label(x) for x in ("Batching", " prefix caching", "Prefix-Caching", 3)] == \
+        ["batching", "prefix_caching", "prefix_caching", 3]
 
 
 @pytest.mark.parametrize("bad", ["12", None, float("nan"), True])

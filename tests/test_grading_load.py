@@ -11,7 +11,7 @@ from grading_harness import check_result, grade_classes
 
 # assignment: (fixture file, student, autograded points, points to mark by hand)
 SOLVED = {"ex01": ("ada lovelace_123_ex01.ipynb", "ada_lovelace_123", 20, 2),
-          "ex02": ("solved_ex02.ipynb", "solved", 14, 4),
+          "ex02": ("solved_ex02.ipynb", "solved", 16, 4),
           "ex03": ("solved_ex03.ipynb", "solved", 16, 3),
           "clearing": ("solved_clearing.ipynb", "solved", 11, 11)}
 COMPETITORS = 3

@@ -105,22 +105,25 @@ def _cell(source, **meta):
     return NotebookNode(cell_type="code", source=source, metadata={"nbgrader": meta}, outputs=[])
 
 
-def test_hidden_blocks_run_in_the_grader_except_live_engine_checks():
+def test_hidden_blocks_run_in_the_grader():
     src = ("assert x > 0\n### BEGIN HIDDEN TESTS\nfrom stage5.grading import check_close as _c\n_c('A', x, 2)\n"
            "### END HIDDEN TESTS\n")
     visible, hidden = split_hidden(_cell(src, grade=True, solution=False))
     assert visible.strip() == "assert x > 0" and "check_close" in hidden and "HIDDEN" not in visible
     assert _free_names(hidden) == {"x"}
-    engine = src.replace("check_close as _c", "run_serving as _c")
-    assert split_hidden(_cell(engine, grade=True, solution=False)) is None
+    # exercise 2's engine checks drive the learner's objects by name through the grader's `_kernel`: nothing is
+    # fetched from the kernel before the block runs
+    engine = ("### BEGIN HIDDEN TESTS\nfrom stage5.grading import check_allocator as _c, kernel_of as _k\n"
+              "_c('P2', _k(globals()))\n### END HIDDEN TESTS\n")
+    _, hidden_engine = split_hidden(_cell(engine, grade=True, solution=False))
+    assert _free_names(hidden_engine) == set()
     assert split_hidden(_cell(src, grade=False, solution=True)) is None
     assert split_hidden(_cell("assert x > 0", grade=True, solution=False)) is None
 
 
 def test_committed_hidden_tests_are_split_as_expected():
-    """ex01, ex03 and the clearing test check everything in the grader; ex02 keeps its engine checks in the
-    sandboxed kernel until it hands over traces."""
-    for assignment, in_grader in (("ex01", True), ("ex03", True), ("clearing", True), ("ex02", False)):
+    """Every assignment checks everything in the grader: ex02's kernel hands over its engine's traces."""
+    for assignment, in_grader in (("ex01", True), ("ex03", True), ("clearing", True), ("ex02", True)):
         nb = json.loads((REPO / "solutions" / assignment / f"{assignment}.ipynb").read_text())
         cells = [NotebookNode(c, source="".join(c["source"])) for c in nb["cells"]]
         hidden = [c for c in cells if "BEGIN HIDDEN TESTS" in c.source]

@@ -12,21 +12,32 @@ so every name they use stays importable from the package itself:
 """
 
 from .blocking import UnavailableError, _learner_failures, call_learner, unavailable
-from .checks import UNIT_MISCONCEPTIONS, GB_PER_GiB, GradingError, check_close, diagnose, kv_misconceptions
+from .checks import (
+    UNIT_MISCONCEPTIONS,
+    GB_PER_GiB,
+    GradingError,
+    check_close,
+    diagnose,
+    kv_misconceptions,
+    label,
+)
 from .ex02 import (
     SERVING_BLOCKED,
     SERVING_CPU_SECONDS,
+    check_allocator,
+    check_attention,
     check_block_tables,
+    check_contiguous,
     check_continuous,
-    check_metrics,
-    check_no_leaks,
-    check_outputs,
-    reference_run,
-    run_serving,
+    check_results,
+    check_serving,
+    kernel_of,
+    reference_trace,
 )
 from .ex03 import (
     DIAGNOSIS_BLOCKED,
     DIAGNOSIS_FIELDS,
+    FUNCTION_GAIN_FACTOR,
     GAIN_FACTOR,
     call_diagnose,
     check_diagnosis,
@@ -35,9 +46,9 @@ from .ex03 import (
 )
 
 __all__ = [
-    "DIAGNOSIS_BLOCKED", "DIAGNOSIS_FIELDS", "GAIN_FACTOR", "GB_PER_GiB", "SERVING_BLOCKED", "SERVING_CPU_SECONDS",
-    "UNIT_MISCONCEPTIONS", "GradingError", "UnavailableError", "_learner_failures", "call_diagnose", "call_learner",
-    "check_block_tables", "check_close", "check_continuous", "check_diagnosis", "check_metrics", "check_no_leaks",
-    "check_outputs", "describe_deployment", "diagnose", "kv_misconceptions", "reference_diagnosis",
-    "reference_run", "run_serving", "unavailable",
+    "DIAGNOSIS_BLOCKED", "DIAGNOSIS_FIELDS", "FUNCTION_GAIN_FACTOR", "GAIN_FACTOR", "GB_PER_GiB", "SERVING_BLOCKED",
+    "SERVING_CPU_SECONDS", "UNIT_MISCONCEPTIONS", "GradingError", "UnavailableError", "_learner_failures",
+    "call_diagnose", "call_learner", "check_allocator", "check_attention", "check_block_tables", "check_close", "check_contiguous",
+    "check_continuous", "check_diagnosis", "check_results", "check_serving", "describe_deployment", "diagnose",
+    "kernel_of", "kv_misconceptions", "label", "reference_diagnosis", "reference_trace", "unavailable",
 ]

@@ -150,6 +150,8 @@ def _learner_failures(label: str, name: str) -> Iterator[None]:
         yield
     except UnavailableError as err:
         raise GradingError(f"{label}: {err}") from None
+    except GradingError:
+        raise  # already a learner-safe failure (a CPU-time limit, a probe's own finding)
     except NotImplementedError:
         raise GradingError(f"{name}: the function is not written yet (it raises NotImplementedError)") from None
     except Exception as err:  # noqa: BLE001 - any learner crash becomes a graded failure

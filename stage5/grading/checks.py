@@ -49,9 +49,13 @@ def diagnose(got: float, expected: float, rel_tol: float = 0.02,
     ``got / expected`` against ``misconceptions`` (course-specific first, then unit slips); otherwise only the
     direction and a rough size of the error are given.
     """
+    # the nearest known wrong answer names the slip: two misconceptions can land within rel_tol of each other
+    # (8 GiB left out, or counted once instead of per GPU), and the learner's exact figure tells them apart
+    matches = sorted((abs(got - float(value)), hint) for value, hint in wrong_answers
+                     if _close(got, float(value), rel_tol, 0.0))
     hints = []
-    for value, hint in wrong_answers:
-        if _close(got, float(value), rel_tol, 0.0) and hint not in hints:
+    for gap, hint in matches:
+        if math.isclose(gap, matches[0][0], rel_tol=1e-9, abs_tol=1e-12 * max(1.0, abs(got))) and hint not in hints:
             hints.append(hint)
     if hints:
         return "; or ".join(hints)
@@ -76,7 +80,16 @@ def diagnose(got: float, expected: float, rel_tol: float = 0.02,
         return f"{direction} by roughly {10 ** round(size):,}x: check units and which quantities you used"
     if size >= math.log10(1.5):
         return f"{direction} by a large factor (under 10x): re-check the formula"
-    return f"{direction} (off by more than {rel_tol:.0%}): re-check the inputs and unit conversions"
+    off = f" (off by more than {rel_tol:.1%})" if rel_tol >= 0.001 else ""
+    return f"{direction}{off}: re-check the inputs and unit conversions"
+
+
+def label(got: Any) -> Any:
+    """A label as a reader would accept it: ``"Batching"``, ``" prefix caching"`` and ``"prefix-caching"`` all
+    read as ``"batching"`` / ``"prefix_caching"``; anything that is not a string is returned unchanged."""
+    if not isinstance(got, str):
+        return got
+    return "_".join(got.strip().lower().replace("-", " ").split())
 
 
 def check_close(name: str, got: Any, expected: float, rel_tol: float = 0.02, abs_tol: float = 0.0,

@@ -7,6 +7,7 @@ from typing import Any
 
 from .blocking import _learner_failures, unavailable
 from .checks import GradingError, _as_number
+from .checks import label as _label
 from .remote import RemoteFunction
 
 #: What a learner's ``diagnose`` may not call while it is checked: the reference itself and every cost-model
@@ -24,7 +25,12 @@ DIAGNOSIS_BLOCKED: tuple[str, ...] = (
     "stage5.quantization.end_to_end_gain", "stage5.quantization.decode_step_gain",
 )
 DIAGNOSIS_FIELDS = ("phase", "decode_bound", "best_lever", "gain")
-GAIN_FACTOR = 2.0  # a predicted gain passes when within this factor of the reference's
+GAIN_FACTOR = 2.0  # a gain predicted by hand (Part A) passes when within this factor of the reference's
+#: A gain computed by a learner's ``diagnose`` (Part B) follows the notebook's stated cost model, which has no free
+#: parameter, so it must land within 5% of the reference (room for rounding in the by-hand parts of a build, far
+#: less than any misconception moves it: leaving out the KV memory limit moves a gain by 10% or more on the hidden
+#: deployments, checked in tests/test_grading_ex03.py).
+FUNCTION_GAIN_FACTOR = 1.05
 
 
 def reference_diagnosis(dep: Mapping[str, Any]) -> Any:
@@ -83,6 +89,7 @@ def check_diagnosis(name: str, got: Any, dep: Mapping[str, Any], fields: Iterabl
     if missing:
         raise GradingError(f"{label}: the dict lacks {', '.join(missing)}")
     ref = reference_diagnosis(dep)
+    got = {key: _label(value) for key, value in got.items()}  # "Batching", "Decode" read as the label they name
     if "phase" in fields and got["phase"] != ref.phase:
         raise GradingError(f"{label}: phase is wrong: compare the prefill seconds of one request with its share of "
                            "decode (output x step time / concurrency), KV reads included in the step")
@@ -99,10 +106,17 @@ def check_diagnosis(name: str, got: Any, dep: Mapping[str, Any], fields: Iterabl
         want = ref.gains[ref.best_lever]
         if not (want / gain_factor <= value <= want * gain_factor):
             direction = "too large" if value > want else "too small"
-            raise GradingError(f"{label}: the gain is {direction} by more than {gain_factor:g}x: "
-                               + ("did you leave out the KV reads, which grow with the batch?"
-                                  if direction == "too large" and ref.best_lever == "batching" else
-                                  "re-check the step time before and after the lever"))
+            size = f"{gain_factor:g}x" if gain_factor >= 1.5 else f"{gain_factor - 1:.0%}"
+            if ref.best_lever == "batching" and direction == "too large":
+                hint = ("the batch cannot rise past what fits in KV memory (prompt + output tokens of KV per "
+                        "sequence, after the weights and the reserve), and each step reads every sequence's KV: "
+                        "did you leave out one of them?")
+            elif ref.best_lever == "batching":
+                hint = ("the batch can rise to whatever fits in KV memory and meets the TPOT limit: did you stop "
+                        "short of either, or count the KV reads at the full rather than the mean context?")
+            else:
+                hint = "re-check the step time before and after the lever"
+            raise GradingError(f"{label}: the gain is {direction} by more than {size}: {hint}")
 
 
 def call_diagnose(name: str, func: Callable[..., Any], deps: Iterable[Mapping[str, Any]],

@@ -114,6 +114,8 @@ def serve(request: str) -> str:
     from .blocking import _learner_failures, unavailable
 
     req = json.loads(request)
+    if "driver" in req:
+        return _drive(req)
     func = _main().get(req["function"])
     replies: list[dict[str, Any]] = []
     try:
@@ -131,7 +133,55 @@ def serve(request: str) -> str:
     return text
 
 
+def _drive(req: dict[str, Any]) -> str:
+    """Run a trusted probe of exercise 2 on the learner's objects named in ``req`` (kernel side); the reply is
+    ``{"value": observations}`` or ``{"error": learner-safe message}``."""
+    from .blocking import _learner_failures, unavailable
+    from .ex02 import drive
+
+    label, space = str(req["label"]), _main()
+    try:
+        missing = [n for n in req["names"] if n not in space]
+        if missing:
+            raise GradingError(f"{label}: {missing[0]} is not defined: run the cell that defines it")
+        with unavailable(*req["blocked"], deep=True), _learner_failures(label, label):
+            reply = {"value": encode(drive(req["driver"], label, [space[n] for n in req["names"]],
+                                           decode(req["spec"])))}
+    except GradingError as err:
+        reply = {"error": str(err)}
+    text = json.dumps(reply)
+    return text if len(text) <= MAX_REPLY_CHARS else json.dumps({"error": f"{label}: the answer is too large"})
+
+
 # ------------------------------------------------------------------------------------ grader side
+class Kernel:
+    """The learner's kernel as a hidden test sees it in the grader (``_kernel`` in its namespace): ``drive`` runs
+    one of exercise 2's probes there on the learner's objects, named, and returns the observations as data."""
+
+    def __init__(self, channel: Callable[[str], str]):
+        self.channel = channel
+
+    def drive(self, label: str, driver: str, names: list[str], spec: dict[str, Any],
+              blocked: Iterable[str] | None = None) -> Any:
+        from .ex02 import SERVING_BLOCKED
+
+        request = json.dumps({"driver": driver, "label": label, "names": list(names), "spec": encode(spec),
+                              "blocked": list(SERVING_BLOCKED if blocked is None else blocked)})
+        try:
+            reply = json.loads(self.channel(request))
+        except (ValueError, TypeError):
+            raise GradingError(f"{label}: your notebook's kernel did not answer") from None
+        if not isinstance(reply, dict):
+            raise GradingError(f"{label}: your notebook's kernel did not answer")
+        if "error" in reply:
+            raise GradingError(str(reply["error"]))
+        try:
+            return decode(reply["value"])
+        except (ValueError, TypeError, KeyError):
+            raise GradingError(f"{label}: the kernel's answer could not be read") from None
+
+
+
 class RemoteFunction:
     """A learner's function that lives in the sandboxed kernel; ``call`` is a round trip through ``channel``
     (a callable that sends one request string and returns the reply string)."""

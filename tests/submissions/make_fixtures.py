@@ -22,6 +22,10 @@ WRITTEN = {"c1_written": "The weights have to come out of memory every step, FLO
 
 KV_HEADS = """def kv_bytes_per_token(config, bytes_per_element=2):
     return 2 * config.num_layers * config.num_heads * config.head_dim * bytes_per_element"""
+B3 = """def max_concurrent_sequences(config, gpu, num_gpus, context, weight_bytes=2, kv_bytes=2, reserve_gib_per_gpu=8):
+    budget = num_gpus * (gpu.memory_bytes - reserve_gib_per_gpu * GiB) - config.num_params * weight_bytes
+    per_sequence = context * kv_bytes_per_token(config, kv_bytes)
+    return max(0, math.floor(budget / per_sequence))"""
 KV_NO2 = """def kv_bytes_per_token(config, bytes_per_element=2):
     return config.num_layers * config.num_kv_heads * config.head_dim * bytes_per_element"""
 
@@ -77,6 +81,42 @@ def build():
             "        return int(max_concurrency(dep, context))\n"
             "    except ValueError:\n"
             "        return 0")),
+        # the misconceptions the hidden checks name, one fixture each (a learner makes one slip at a time)
+        "roundup_ex01": fill(good, a5_concurrency_answer=(
+            "max_seqs_qwen72b_32k = math.ceil(kv_budget_gib_qwen72b * GiB / (32_768 * kv_bytes_qwen72b))"),
+            b3_concurrency_function_answer=B3.replace("math.floor", "math.ceil")),
+        "flops_floor_ex01": fill(good, a1_floor_answer=(
+            "floor_ms_llama8b_l4 = 2 * llama8b.num_params / l4.flops_bf16 * 1e3  # FLOPs over FLOP/s"),
+            b2_floor_function_answer=(
+            "def decode_floor_ms(config, gpu, num_gpus=1, bytes_per_param=2):\n"
+            "    return 2 * config.num_params / (gpu.flops_bf16 * num_gpus) * 1e3")),
+        "flops_once_ex01": fill(good, a6_intensity_answer=(
+            "intensity_b64_weights = qwen72b.num_params * 64 / (qwen72b.num_params * 2)  # one FLOP per parameter"),
+            a7_intensity_kv_answer=(
+            "_weights = qwen72b.num_params * 2\n_kv_read = 64 * 8_192 * kv_bytes_qwen72b\n"
+            "intensity_b64_kv8k = qwen72b.num_params * 64 / (_weights + _kv_read)")),
+        "reserve_once_ex01": fill(good, a4_budget_answer=(
+            "kv_budget_gib_qwen72b = (4 * h200.memory_bytes - qwen72b.num_params * 2 - 8 * GiB) / GiB"),
+            b3_concurrency_function_answer=B3.replace(
+                "num_gpus * (gpu.memory_bytes - reserve_gib_per_gpu * GiB)",
+                "num_gpus * gpu.memory_bytes - reserve_gib_per_gpu * GiB")),
+        "kv_no_layers_ex01": fill(good, a7_intensity_kv_answer=(
+            "_weights = qwen72b.num_params * 2\n"
+            "_kv_read = 64 * 8_192 * 2 * qwen72b.num_kv_heads * qwen72b.head_dim * 2  # one layer's K and V\n"
+            "intensity_b64_kv8k = 2 * qwen72b.num_params * 64 / (_weights + _kv_read)"),
+            b1_kv_function_answer=(
+            "def kv_bytes_per_token(config, bytes_per_element=2):\n"
+            "    return 2 * config.num_kv_heads * config.head_dim * bytes_per_element")),
+        # correct builds by another route: full marks
+        "weight_bytes_ex01": fill(good, b2_floor_function_answer=(
+            "def decode_floor_ms(config, gpu, num_gpus=1, bytes_per_param=2):\n"
+            "    return config.weight_bytes(bytes_per_param) / num_gpus / gpu.bandwidth * 1e3"),
+            b3_concurrency_function_answer=B3.replace("config.num_params * weight_bytes",
+                                                      "config.weight_bytes(weight_bytes)")),
+        "whole_float_ex01": fill(good, a5_concurrency_answer=(
+            "max_seqs_qwen72b_32k = kv_budget_gib_qwen72b * GiB // (32_768 * kv_bytes_qwen72b)  # 39.0, a float"),
+            b3_concurrency_function_answer=B3.replace("max(0, math.floor(budget / per_sequence))",
+                                                      "max(0.0, budget // per_sequence)")),
         "loop_ex01": fill(good, a2_ridge_answer="while True:\n    pass"),
         "crash_ex01": fill(good, a1_floor_answer=(
             "import numpy_financial  # not installed: raises at import\n"

@@ -42,7 +42,52 @@ def ex02():
     delegates = ("from stage5.engine.kv import PagedAllocator\n\n\n"
                  "class PagedCache(PagedAllocator):\n"
                  "    \"\"\"The course's own allocator, renamed.\"\"\"\n")
+    def variant(gid, *replacements):
+        return {gid: answer_source(good, gid, *replacements)}
+
+    # the scheduling slips a held-out set of learners made, each alone; the hidden runs must name every one
+    wrong_schedules = {
+        "preempt_oldest": variant("serve_answer", ("victim = running.pop()  # the newest",
+                                                   "victim = running.pop(0)  # the oldest")),
+        "victim_at_back": variant("serve_answer", ("waiting.appendleft(victim)", "waiting.append(victim)")),
+        "restart_from_scratch": variant("serve_answer", (
+            "victim.num_cached = 0\n",
+            "victim.num_cached = 0\n                victim.tokens = list(victim.request.prompt)  # start over\n")),
+        "grow_while_free": variant("paged_answer", (
+            "return self.blocks_for(len(seq.tokens)) <= len(seq.block_table) or self.blocks.num_free > 0",
+            "return self.blocks.num_free > 0")),
+        "admit_one_per_step": variant("serve_answer", (
+            "                running.append(seq)\n                admitted = True\n",
+            "                running.append(seq)\n                admitted = True\n                break  # one a step\n")),
+        "meter_before_forward": variant("serve_answer", (
+            "        next_tokens = forward_step(model, pool, batch, cache)\n        meter.step(batch, cache, admitted)\n",
+            "        meter.step(batch, cache, admitted)\n        next_tokens = forward_step(model, pool, batch, cache)\n")),
+        "memory_8x": variant("paged_answer", ("self.blocks = BlockAllocator(num_blocks)",
+                                              "self.blocks = BlockAllocator(8 * num_blocks)  # plenty"),
+                             ("self.num_slots = num_blocks * block_size", "self.num_slots = 8 * num_blocks * block_size")),
+        # attention through the block table without the causal mask, or with the wrong query-to-KV head mapping
+        "attention_not_causal": variant("paged_kv_answer", (
+            'weights = scores.masked_fill(~visible, float("-inf")).softmax(dim=-1)', "weights = scores.softmax(dim=-1)")),
+        "attention_head_mapping": variant("paged_kv_answer", (
+            "keys = store[0, context].repeat_interleave(group, dim=1)", "keys = store[0, context].repeat(1, group, 1)"),
+            ("values = store[1, context].repeat_interleave(group, dim=1)", "values = store[1, context].repeat(1, group, 1)")),
+        # a loop that removes finished sequences from the list it iterates over skips the next one
+        "mutates_while_iterating": variant("serve_answer", (
+            "        for seq, token in zip(batch, next_tokens, strict=True):",
+            "        for seq, token in zip(running, next_tokens):")),
+    }
+    # correct builds by another route: full marks
+    right_alternatives = {
+        "counter_refcount": variant("allocator_answer", ("self.ref_count = [0] * num_blocks", "self.ref_count = Counter()"),
+                                    ("class BlockAllocator:", "from collections import Counter\n\n\nclass BlockAllocator:")),
+        "slots_list": variant("paged_answer", (
+            "        table = torch.tensor(seq.block_table, dtype=torch.long)\n"
+            "        return table[positions // self.block_size] * self.block_size + positions % self.block_size\n",
+            "        return [seq.block_table[p // self.block_size] * self.block_size + p % self.block_size\n"
+            "                for p in positions.tolist()]\n")),
+    }
     return {
+        **{name: fill(good, **cells) for name, cells in {**wrong_schedules, **right_alternatives}.items()},
         "solved": good,
         "blank": blank,
         "leaked_block": fill(good, paged_answer=leaked),

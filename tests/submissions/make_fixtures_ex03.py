@@ -90,14 +90,26 @@ def ex03():
                                    a2_prediction_answer='prediction_rag = {"phase": "prefill", "decode_bound": "memory", '
                                                         '"best_lever": "speculative", "gain": 1.1}'),
         "long_prompt_cache": fill(good, diagnose_answer=long_prompt),
+        "no_kv_memory": fill(good, diagnose_answer=diagnose_source(good, (
+            "fit = math.floor(kv_memory / ((prompt + output) * kv(kb)))",
+            "fit = 100_000  # only the TPOT limit caps the batch"))),
+        "rounded_gain": fill(good, diagnose_answer=diagnose_source(good, (
+            '"best_lever": best, "gain": gains[best]}', '"best_lever": best, "gain": round(gains[best], 2)}'))),
         "no_kv_traffic": fill(good, diagnose_answer=no_kv),
         "delegates": fill(good, diagnose_answer=delegates),
         "crash": fill(good, diagnose_answer=crash),
     }
 
 
+Q2 = """m405 = get_model("llama3.1-405b")
+h200 = get_gpu("H200")
+budget = 8 * (h200.memory_bytes - 8 * GiB) - m405.num_params * 1
+max_seqs = math.floor(budget / (16_384 * 2 * m405.num_layers * m405.num_kv_heads * m405.head_dim * 2))"""
+
+
 def clearing():
     good = solved("clearing", {})
+    assert any(_src(c) == Q2 for c in good["cells"])
     blank = json.loads((REPO / "exercises" / "clearing" / "clearing.ipynb").read_text())
     return {
         "solved": good,
@@ -113,6 +125,18 @@ def clearing():
             'floor_ms = get_model("qwen2.5-72b").num_params * 2 / get_gpu("H200").bandwidth * 1e3  # one GPU'),
             q4_intensity_answer="intensity_b48 = 2 * 48  # FLOPs per parameter, bytes forgotten"),
         "speculative_first": fill(good, q9_lever_answer='first_lever = "speculative"'),
+        "roundup": fill(good, q2_concurrency_answer=Q2.replace("math.floor", "math.ceil")),
+        "reserve_once": fill(good, q2_concurrency_answer=Q2.replace("8 * (h200.memory_bytes - 8 * GiB)",
+                                                                      "8 * h200.memory_bytes - 8 * GiB")),
+        "flops_floor": fill(good, q3_floor_answer=(
+            'floor_ms = 2 * get_model("qwen2.5-72b").num_params / (2 * get_gpu("H200").flops_bf16) * 1e3')),
+        "flops_once": fill(good, q4_intensity_answer="intensity_b48 = 48 / 2  # one FLOP per parameter",
+                           q5_ceiling_answer=(
+            'm70 = get_model("llama3-70b")\n'
+            'ceiling_4k = m70.num_params / (4096 * 2 * m70.num_layers * m70.num_kv_heads * m70.head_dim * 2)')),
+        # correct by another route: a capitalised label and a whole number held in a float
+        "capitals": fill(good, q9_lever_answer='first_lever = "Batching"',
+                         q2_concurrency_answer=Q2.replace("math.floor(budget / ", "(budget // ")),
     }
 
 
