@@ -127,12 +127,14 @@ def test_chapter_pattern(name):
     assert re.search(r"exercises/ex\d\d/ex\d\d\.ipynb", md), "pointer to the exercise that practises the chapter"
 
 
-# Digits allowed in prose outside maths and glue: chapter and exercise numbers, names such as "Llama 3" or "Llama 2",
-# "H100", "FP8", "BF16", "1K"/"4K"/"128K", and citation keys. Also two conceptual constants that are not
-# measurements: the bit widths of number formats ("8-bit", "16 bits", "4-bit weights"), and "2×" as in the
-# claim that FP8 "doubles" throughput (a bare 2× only: "2–4×" or "1.2×" still fail).
+# Digits allowed in prose outside maths and glue: chapter and exercise numbers, names such as "Llama 3" or
+# "Llama 2", "H100", "FP8", "BF16", "1K"/"4K"/"128K", percentile names ("p50", "p99"), and citation keys. Also
+# two conceptual constants that are not measurements: the bit widths of number formats ("8-bit", "16 bits",
+# "4-bit weights"), and "2×" as in the claim that FP8 "doubles" throughput (a bare 2× only: "2–4×" or "1.2×"
+# still fail).
 _ALLOWED = re.compile(
     r"[Cc]hapters? \d+( (to|and) \d+)?|ex0\d|Llama [23](\.\d)?( \d+B)?|\b\d+B\b|[A-Z]+\d+[A-Za-z0-9-]*|\b\d+K\b"
+    r"|\bp(50|90|99)\b"
     r"|\*\*\d+\.\*\*|[Bb]atch[- ]1\b|float32|\b(4|8|16)(-bit|[- ]bits)\b|\b2×|2:4|0\d_\w+"
     r"|\{cite\}`[^`]*`|`[^`]*`")
 

@@ -15,7 +15,7 @@ import pytest
 from grading_harness import REPO, check_feedback_has, check_release_is_fresh, check_result, grade_classes
 
 ASSIGNMENTS = ("ex03", "clearing")
-AUTO_MAX = {"ex03": (16, 3), "clearing": (11, 11)}  # (autograded points, points marked by hand)
+AUTO_MAX = {"ex03": (16, 3), "clearing": (17, 11)}  # (autograded points, points marked by hand)
 EX03_B = {"b1_phase_bound", "b2_general", "b3_high_batch", "b4_long_answers", "b5_kv_heavy", "b6_latency"}
 
 # (assignment, student): (score, failed checks, words the feedback must contain)
@@ -33,19 +33,26 @@ EXPECTED = {
     ("ex03", "rounded_gain"): (16, set(), []),  # a gain rounded to two decimals is still within 5%
     ("ex03", "delegates"): (3, EX03_B, ["computes this answer for you"]),
     ("ex03", "crash"): (3, EX03_B, ["KeyError"]),
-    ("clearing", "solved"): (11, set(), []),
-    ("clearing", "blank"): (0, {"q1_kv", "q2_concurrency", "q3_floor", "q4_intensity", "q5_ceiling", "q9_lever"},
+    ("clearing", "solved"): (17, set(), []),
+    ("clearing", "blank"): (0, {"q1_kv", "q2_concurrency", "q3_floor", "q4_intensity", "q5_ceiling", "q9_lever",
+                                "q10_bytes", "q11_experts", "q12_crossover"},
                             ["NotImplementedError"]),
-    ("clearing", "query_heads"): (7, {"q1_kv", "q2_concurrency"}, ["query heads"]),
-    ("clearing", "units"): (8, {"q3_floor", "q4_intensity"},
+    ("clearing", "query_heads"): (13, {"q1_kv", "q2_concurrency"}, ["query heads"]),
+    ("clearing", "units"): (14, {"q3_floor", "q4_intensity"},
                             ["each read only half of the weights", "each BF16 parameter is 2 bytes"]),
-    ("clearing", "speculative_first"): (9, {"q9_lever"}, ["best_lever is wrong"]),
-    ("clearing", "roundup"): (9, {"q2_concurrency"}, ["one too many: round down"]),
-    ("clearing", "reserve_once"): (9, {"q2_concurrency"}, ["64 GiB on eight, not 8 GiB once"]),
-    ("clearing", "flops_floor"): (9, {"q3_floor"}, ["the arithmetic time (FLOPs / FLOP/s)"]),
-    ("clearing", "flops_once"): (8, {"q4_intensity", "q5_ceiling"},
+    ("clearing", "speculative_first"): (15, {"q9_lever"}, ["best_lever is wrong"]),
+    ("clearing", "roundup"): (15, {"q2_concurrency"}, ["one too many: round down"]),
+    ("clearing", "reserve_once"): (15, {"q2_concurrency"}, ["64 GiB on eight, not 8 GiB once"]),
+    ("clearing", "flops_floor"): (15, {"q3_floor"}, ["the arithmetic time (FLOPs / FLOP/s)"]),
+    ("clearing", "flops_once"): (14, {"q4_intensity", "q5_ceiling"},
                                  ["a multiply-add is 2 FLOPs", "2 FLOPs per parameter per token, not 1"]),
-    ("clearing", "capitals"): (11, set(), []),  # "Batching" and 87.0 read as what they say
+    ("clearing", "undivided"): (11, {"q10_bytes", "q11_experts", "q12_crossover"},
+                                ["tensor parallelism divides the bytes", "tokens share experts",
+                                 "each of the 8 sequences brings its own cache"]),
+    ("clearing", "resident"): (11, {"q10_bytes", "q11_experts", "q12_crossover"},
+                               ["the KV cache is split by heads", "a step reads only those chosen",
+                                "keys and values (factor 2)"]),
+    ("clearing", "capitals"): (17, set(), []),  # "Batching" and 87.0 read as what they say
 }
 
 

@@ -134,6 +134,27 @@ def clearing():
                            q5_ceiling_answer=(
             'm70 = get_model("llama3-70b")\n'
             'ceiling_4k = m70.num_params / (4096 * 2 * m70.num_layers * m70.num_kv_heads * m70.head_dim * 2)')),
+        # chapters 11 and 12: a tensor-parallel split that divides nothing, experts counted as batch x k, and the
+        # KV-weight crossover for a single sequence
+        "undivided": fill(good, q10_bytes_answer=(
+            'm70 = get_model("llama3-70b")\n'
+            'kv_token = 2 * m70.num_layers * m70.num_kv_heads * m70.head_dim * 2\n'
+            'gb_per_gpu = (m70.num_params * 2 + 32 * 4096 * kv_token) / 1e9'),
+            q11_experts_answer="experts_read = 3 * 2",
+            q12_crossover_answer=(
+            'm70 = get_model("llama3-70b")\n'
+            'kv_token = 2 * m70.num_layers * m70.num_kv_heads * m70.head_dim * 2\n'
+            'crossover_tokens = m70.num_params * 2 / kv_token')),
+        # and the other slips: the cache left whole on each GPU, every resident expert read, keys only
+        "resident": fill(good, q10_bytes_answer=(
+            'm70 = get_model("llama3-70b")\n'
+            'kv_token = 2 * m70.num_layers * m70.num_kv_heads * m70.head_dim * 2\n'
+            'gb_per_gpu = (m70.num_params * 2 / 8 + 32 * 4096 * kv_token) / 1e9'),
+            q11_experts_answer="experts_read = 8",
+            q12_crossover_answer=(
+            'm70 = get_model("llama3-70b")\n'
+            'kv_token = m70.num_layers * m70.num_kv_heads * m70.head_dim * 2  # keys only\n'
+            'crossover_tokens = m70.num_params * 2 / (8 * kv_token)')),
         # correct by another route: a capitalised label and a whole number held in a float
         "capitals": fill(good, q9_lever_answer='first_lever = "Batching"',
                          q2_concurrency_answer=Q2.replace("math.floor(budget / ", "(budget // ")),
