@@ -9,7 +9,7 @@ import torch
 
 from stage5.engine.checkpoints import CONFIGS, checkpoint_path, load_draft, load_target, training_summary
 from stage5.engine.kv import KVPool
-from stage5.engine.model import CausalBackend, GrowingCache, Transformer, generate
+from stage5.engine.model import CausalBackend, GrowingCache, Transformer, check_llama_style, generate
 from stage5.engine.workload import make_workload
 from stage5.models import ModelConfig, get_model
 
@@ -54,6 +54,18 @@ def test_non_llama_config_is_refused():
         Transformer(get_model("gpt2"))
     with pytest.raises(ValueError, match="bias"):
         Transformer(replace(TINY, qkv_bias=True))
+
+
+@pytest.mark.parametrize("name, change, named", [
+    ("deepseek-v2-lite", {}, "MLA"),  # latent attention and shared experts: not what the toy builds
+    ("mistral-7b", {}, "sliding window"),
+    ("tiny", {"qk_norm": True}, "q/k norms"),
+    ("tiny", {"norms_per_layer": 4}, "4 norms per layer"),
+])
+def test_architectures_the_toy_does_not_build_are_refused_by_name(name, change, named):
+    cfg = TINY if name == "tiny" else get_model(name)
+    with pytest.raises(ValueError, match=named):
+        check_llama_style(replace(cfg, **change))
 
 
 def test_cached_generation_matches_full_recompute():

@@ -36,6 +36,16 @@ def check_llama_style(cfg: ModelConfig) -> None:
         problems.append("bias terms")
     if cfg.num_experts != 1:
         problems.append(f"{cfg.num_experts} experts")
+    if cfg.shared_expert_size:
+        problems.append("a shared expert")
+    if cfg.kv_lora_rank:
+        problems.append(f"latent attention (MLA, kv_lora_rank={cfg.kv_lora_rank})")
+    if cfg.qk_norm:
+        problems.append("q/k norms")
+    if cfg.norms_per_layer != 2:
+        problems.append(f"{cfg.norms_per_layer} norms per layer")
+    if cfg.sliding_window:
+        problems.append(f"a sliding window of {cfg.sliding_window} tokens")
     if problems:
         raise ValueError(f"{cfg.name}: the toy engine builds Llama-style decoders only (gated MLP, RMSNorm, "
                          f"rotary positions, no biases, dense); this config has {', '.join(problems)}")
