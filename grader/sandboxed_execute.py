@@ -90,8 +90,14 @@ class SandboxKernelManager(AsyncKernelManager):
                 pass
 
     def kill_sandbox(self) -> None:
-        """SIGKILL everything: bwrap's process namespace then takes every remaining process with it."""
-        for p in reversed(self.sandbox_processes()):
+        """SIGKILL everything: bwrap's process namespace then takes every remaining process with it.
+
+        First adds what the sandbox used to :data:`USAGE`: killed processes are never waited for by the grader,
+        so their CPU time would not reach ``getrusage(RUSAGE_CHILDREN)``."""
+        procs = self.sandbox_processes()
+        USAGE["cpu_s"] += self.cpu_seconds()
+        USAGE["peak_rss_bytes"] = max([USAGE["peak_rss_bytes"], *map(_peak_rss, procs)])
+        for p in reversed(procs):
             try:
                 p.kill()
             except psutil.NoSuchProcess:
@@ -102,6 +108,21 @@ class SandboxKernelManager(AsyncKernelManager):
         self.signal_kernel_process(signal.SIGINT)
 
     interrupt_kernel = _async_interrupt_kernel
+
+
+# What every sandbox this process ran has used, added up as each is killed (hub/measure_class.py reads it).
+USAGE: dict[str, float] = {"cpu_s": 0.0, "peak_rss_bytes": 0}
+
+
+def _peak_rss(p: psutil.Process) -> int:
+    """The peak resident memory of ``p`` in bytes (Linux's VmHWM), or 0 where it cannot be read."""
+    try:
+        for line in Path(f"/proc/{p.pid}/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0
 
 
 def _cmdline(p: psutil.Process) -> list[str]:
