@@ -46,12 +46,12 @@ def _kv_formula(cfg: ModelConfig) -> str:
 
 
 def _window_note(cfg: ModelConfig) -> str:
-    """What a sliding window does to the cache, and that the cost model does not take the saving."""
+    """What a sliding window does to the cache; the cost model (deploy, the simulator) prices it so."""
     return (f"sliding window of {cfg.sliding_window:,} tokens on {cfg.sliding_layers} of {cfg.num_layers} layers: "
             f"past {cfg.sliding_window:,} tokens those layers stop growing, so a {cfg.max_position_embeddings:,}-token "
             f"sequence holds {cfg.kv_bytes_per_sequence(cfg.max_position_embeddings, 2) / GiB:.2f} GiB, not "
-            f"{cfg.max_position_embeddings * cfg.kv_bytes_per_token(2) / GiB:.2f} GiB. The cost model (deploy, the "
-            "simulator) prices full-length KV on every layer, an overestimate of memory past the window")
+            f"{cfg.max_position_embeddings * cfg.kv_bytes_per_token(2) / GiB:.2f} GiB; deploy and the simulator "
+            "price the capped cache")
 
 
 def load_model(text: str) -> ModelConfig:

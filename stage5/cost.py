@@ -14,10 +14,10 @@ costs max(bytes / bandwidth, FLOPs / achieved FLOP/s); FLOPs are 2 x active para
 scales perfectly across ``num_gpus`` with no communication cost; one MFU (model FLOP utilisation) regardless
 of batch; perfect batching with no queueing. Two of its choices keep it from being a true lower bound: the
 default MFU of 0.5 (real prefills run faster) and prefill without attention FLOPs (at 131K tokens they exceed
-the linear layers'). One assumption runs the other way: KV bytes are priced full-length on every layer, so a
-model with a sliding window (Mistral-7B v0.1, Gemma-2) is charged more KV memory and traffic past its window
-than it uses (``ModelConfig.kv_bytes_per_sequence`` has the windowed figure). :func:`floor_deployment` fixes both, MFU 1 and causal attention counted, and is what
-``python -m stage5 validate`` checks as "the floor": nothing in it can run faster on the hardware.
+the linear layers'). :func:`floor_deployment` fixes both, MFU 1 and causal attention counted, and is what
+``python -m stage5 validate`` checks as "the floor": nothing in it can run faster on the hardware. A sliding
+window (Mistral-7B v0.1, Gemma-2's alternate layers) caps the cache and the KV reads of those layers at the
+window (:func:`kv_bytes_per_sequence`).
 
 ``estimate`` (``Deployment(..., estimate=Estimate())``) adds the terms a real server pays, each a named field
 of :class:`Estimate` with its source, and each can be switched off alone (:meth:`Estimate.without`).
@@ -248,7 +248,7 @@ def decode_intensity_with_kv(dep: Deployment, batch: ArrayLike, context: ArrayLi
     b = np.asarray(batch, dtype=float)
     s = np.asarray(context, dtype=float)
     flops = 2.0 * dep.model.active_params * b
-    return flops / (weight_bytes_read(dep, b) + b * s * dep.kv_bytes_per_token)
+    return flops / (weight_bytes_read(dep, b) + b * kv_bytes_per_sequence(dep, s))
 
 
 @dataclass(frozen=True)
@@ -319,7 +319,7 @@ def attention_flops(model: ModelConfig, new_tokens: ArrayLike, cached: ArrayLike
 
 def kv_traffic_bytes(dep: Deployment, batch: ArrayLike, context: ArrayLike) -> np.ndarray:
     """KV-cache bytes one decode step reads: batch x context x KV bytes per token."""
-    return np.asarray(batch, dtype=float) * np.asarray(context, dtype=float) * dep.kv_bytes_per_token
+    return np.asarray(batch, dtype=float) * kv_bytes_per_sequence(dep, context)
 
 
 def decode_step(dep: Deployment, batch: ArrayLike = 1, context: ArrayLike = 0,
@@ -437,7 +437,9 @@ def kv_budget_bytes(dep: Deployment) -> float:
 
 
 def kv_bytes_per_sequence(dep: Deployment, context: ArrayLike) -> np.ndarray:
-    return np.asarray(context, dtype=float) * dep.kv_bytes_per_token
+    """KV bytes one sequence of ``context`` tokens holds: context x bytes per token, except that layers with a
+    sliding window (Mistral-7B v0.1, Gemma-2's alternate layers) stop growing at the window."""
+    return np.asarray(dep.model.kv_bytes_per_sequence(np.asarray(context, dtype=float), dep.kv_bytes))
 
 
 def max_concurrency(dep: Deployment, context: ArrayLike) -> np.ndarray:

@@ -17,6 +17,8 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from stage5 import inputs
 from stage5.names import resolve
 
@@ -405,11 +407,14 @@ class ModelConfig:
             return self.kv_lora_rank + self.qk_rope_head_dim
         return 2 * self.num_kv_heads * self.head_dim
 
-    def kv_bytes_per_sequence(self, context: int, bytes_per_element: float = 2.0) -> float:
-        """KV-cache bytes of one sequence of ``context`` tokens, sliding-window layers capped at the window."""
-        windowed = min(context, self.sliding_window) if self.sliding_window else context
+    def kv_bytes_per_sequence(self, context, bytes_per_element: float = 2.0):
+        """KV-cache bytes of one sequence of ``context`` tokens (a number or an array), sliding-window layers
+        capped at the window."""
+        context = np.asarray(context, dtype=float)
+        windowed = np.minimum(context, self.sliding_window) if self.sliding_window else context
         tokens = (self.num_layers - self.sliding_layers) * context + self.sliding_layers * windowed
-        return tokens * self._kv_elements_per_layer() * bytes_per_element
+        out = tokens * self._kv_elements_per_layer() * bytes_per_element
+        return float(out) if out.ndim == 0 else out
 
     def weight_bytes(self, bytes_per_param: float = 2.0) -> float:
         """Bytes of all resident weights at the given width (2 = BF16, 1 = FP8/INT8, 0.5 = INT4)."""

@@ -125,14 +125,15 @@ def intensity_vs_batch(dep: cost.Deployment, contexts: Sequence[int], max_batch:
 
 
 def concurrency_vs_context(deployments: Sequence[cost.Deployment], contexts: np.ndarray | None = None, ax=None):
-    """Most sequences whose KV cache fits at once, against context length, one line per deployment."""
+    """Most sequences whose KV cache fits at once, against context length, one line per deployment; each line
+    stops at its model's maximum context (``max_position_embeddings``), past which nothing can be served."""
     ax = _axes(ax)
     s = np.unique(np.logspace(9, 17, 200, base=2).astype(int)) if contexts is None else np.asarray(contexts)
     for dep in deployments:
         n = cost.max_concurrency(dep, s)
         weights = dep.weight_total_bytes / GiB
         label = f"{dep.model.name} on {dep.num_gpus}x{dep.gpu.name} ({weights:,.0f} GiB weights)"
-        ax.loglog(s, np.where(n > 0, n, np.nan), label=label)
+        ax.loglog(s, np.where((n > 0) & (s <= dep.model.max_position_embeddings), n, np.nan), label=label)
     ax.set_xscale("log", base=2)
     ax.set_xlabel("context length per sequence (tokens)")
     ax.set_ylabel("max concurrent sequences")

@@ -208,3 +208,21 @@ def test_figures_are_all_finite_and_named():
     assert len(figs) >= 20
     for f in figs.values():
         assert np.isfinite(f.value) and f.unit and f.description
+
+
+def test_sliding_window_caps_the_cache_and_the_kv_reads():
+    """Mistral-7B v0.1 attends over a 4,096-token window on every layer: past it the cache stops growing, so at
+    32K tokens the cost model must hold 8x the naive count of sequences and read 8x fewer KV bytes per step."""
+    dep = cost.Deployment.of("mistral-7b", "H100-SXM", 1)
+    window = dep.model.sliding_window
+    assert window == 4096 and dep.model.sliding_layers == dep.model.num_layers
+    per_token = dep.kv_bytes_per_token
+    assert float(cost.kv_bytes_per_sequence(dep, 1024)) == pytest.approx(1024 * per_token)  # inside the window
+    assert float(cost.kv_bytes_per_sequence(dep, 32_768)) == pytest.approx(window * per_token)
+    naive = cost.kv_budget_bytes(dep) // (32_768 * per_token)
+    assert int(cost.max_concurrency(dep, 32_768)) == int(cost.kv_budget_bytes(dep) // (window * per_token))
+    assert int(cost.max_concurrency(dep, 32_768)) >= 8 * naive
+    assert float(cost.kv_traffic_bytes(dep, 4, 32_768)) == pytest.approx(4 * window * per_token)
+    # a model without a window is unchanged
+    llama = cost.Deployment.of("llama3-8b", "H100-SXM", 1)
+    assert float(cost.kv_bytes_per_sequence(llama, 8192)) == pytest.approx(8192 * llama.kv_bytes_per_token)

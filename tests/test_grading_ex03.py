@@ -168,7 +168,9 @@ def test_solution_agrees_with_the_reference_off_the_hidden_set():
 
     diagnose, deployment = _solution_diagnose()
     checked = 0
-    for model, gpu, n in (("llama3-8b", "L4", 1), ("qwen2.5-72b", "H100-SXM", 4), ("mistral-7b", "MI300X", 1)):
+    # Models without a sliding window: the exercise's rules price KV per token, and stage5 caps a windowed
+    # model's cache at its window (Mistral-7B past 4,096 tokens), which ex03 neither teaches nor grades.
+    for model, gpu, n in (("llama3-8b", "L4", 1), ("qwen2.5-72b", "H100-SXM", 4), ("llama3.2-3b", "MI300X", 1)):
         for prompt, output in ((256, 2048), (4096, 128)):
             for conc in (1, 64):
                 for objective in ("cost", "latency"):
