@@ -68,10 +68,11 @@ class SandboxKernelManager(AsyncKernelManager):
         except psutil.NoSuchProcess:
             return []
 
-    def cpu_seconds(self) -> float:
-        """CPU time used so far by every process in the sandbox (including finished children it waited for)."""
+    def cpu_seconds(self, procs: list[psutil.Process] | None = None) -> float:
+        """CPU time used so far by every process in the sandbox (including finished children it waited for);
+        ``procs``: the sandbox's processes when the caller has just listed them."""
         total = 0.0
-        for p in self.sandbox_processes():
+        for p in self.sandbox_processes() if procs is None else procs:
             try:
                 t = p.cpu_times()
                 total += t.user + t.system + t.children_user + t.children_system
@@ -95,7 +96,7 @@ class SandboxKernelManager(AsyncKernelManager):
         First adds what the sandbox used to :data:`USAGE`: killed processes are never waited for by the grader,
         so their CPU time would not reach ``getrusage(RUSAGE_CHILDREN)``."""
         procs = self.sandbox_processes()
-        USAGE["cpu_s"] += self.cpu_seconds()
+        USAGE["cpu_s"] += self.cpu_seconds(procs)
         USAGE["peak_rss_bytes"] = max([USAGE["peak_rss_bytes"], *map(_peak_rss, procs)])
         for p in reversed(procs):
             try:

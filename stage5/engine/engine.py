@@ -103,9 +103,6 @@ class Engine:
     def _admit(self) -> list[Sequence]:
         return self.scheduler.admit()
 
-    def _preempt(self, seq: Sequence) -> None:
-        self.scheduler.preempt(seq)
-
     def _forward(self, batch: list[Sequence], counts: list[int] | None = None) -> torch.Tensor:
         """Feed ``batch`` (``counts`` tokens each, default all uncached); the logits of each last fed token."""
         logits = feed(self.model, self.pool, batch, self.alloc.slots, counts)

@@ -70,14 +70,6 @@ class PagedAllocator:
         if self.ref_count[block] == 0:
             self.free_blocks.append(block)
 
-    # The old private names, still read by stage5.grading.ex02's list of methods to switch off while a learner's
-    # loop runs; nothing in the engine calls them.
-    def _take(self) -> int:
-        return self.allocate()
-
-    def _release(self, block: int) -> None:
-        self.free(block)
-
     def can_admit(self, seq: Sequence, running: int = 0) -> bool:
         """Room for the prompt, plus one spare block per running sequence so they can keep growing.
 

@@ -21,9 +21,9 @@ from .checks import GradingError
 SERVING_BLOCKED: tuple[str, ...] = tuple(
     [f"stage5.engine.kv.{cls}.{m}" for cls in ("PagedAllocator", "ContiguousAllocator")
      for m in ("can_admit", "admit", "can_grow", "grow", "release", "slots", "reserved")]
-    + [f"stage5.engine.kv.PagedAllocator.{m}" for m in ("allocate", "share", "free", "_take", "_release")]
+    + [f"stage5.engine.kv.PagedAllocator.{m}" for m in ("allocate", "share", "free")]
     + ["stage5.engine.kv.ContiguousAllocator._first_fit"]
-    + [f"stage5.engine.engine.Engine.{m}" for m in ("run", "_admit", "_make_room", "_forward", "_preempt")]
+    + [f"stage5.engine.engine.Engine.{m}" for m in ("run", "_admit", "_make_room", "_forward")]
     # the one scheduler both engines share would do Part 3 for the learner
     + [f"stage5.engine.scheduler.Scheduler.{m}" for m in ("admit", "make_room", "preempt", "plan", "retire")])
 # CPU seconds a learner's loop may use on one hidden workload (the reference needs well under one): CPU time, not
