@@ -132,7 +132,7 @@ def test_model_on_a_directory_is_a_clear_error(tmp_path, capsys):
 def test_model_reports_sliding_window_and_mla(capsys):
     assert main(["model", "mistral-7b"]) == 0
     assert "sliding window of 4,096 tokens on 32 of 32 layers" in capsys.readouterr().out
-    assert main(["model", str(Path(__file__).parent / "data" / "hf_configs" / "deepseek-v2-lite.json")]) == 0
+    assert main(["model", str(Path(__file__).parents[1] / "stage5" / "configs" / "deepseek-v2-lite.json")]) == 0
     assert "31,104 bytes per token (MLA" in capsys.readouterr().out
 
 

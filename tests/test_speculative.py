@@ -241,3 +241,15 @@ def test_speculative_engine_samples_from_the_target_on_the_trained_pair():
 
     assert tv(second_tokens(accept_or_resample), pooled(p)) < limit
     assert tv(second_tokens(wrong_resample_from_target), pooled(p)) > limit
+
+
+def test_a_tiny_temperature_gives_the_greedy_limit_not_nan():
+    """softmax(logits / T) overflows for a tiny T; the shared helper must return its limit, all mass on the
+    largest logit, so a sampling engine given T = 1e-310 behaves greedily instead of crashing on NaN."""
+    from stage5.engine.model import probs
+
+    logits = torch.tensor([[1.0, 3.0, -2.0], [0.5, 0.5, 0.0]])
+    p = probs(logits, 1e-310)  # 3 / 1e-310 overflows float64
+    assert torch.isfinite(p).all()
+    assert p[0].tolist() == [0.0, 1.0, 0.0] and p[1].tolist() == [0.5, 0.5, 0.0]
+    assert torch.allclose(probs(logits, 1.0), torch.softmax(logits.double(), dim=-1))

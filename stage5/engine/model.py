@@ -205,12 +205,20 @@ class Transformer(nn.Module):
         return self.forward(tokens.reshape(-1), positions, CausalBackend(b)).view(b, t, -1)
 
 
+def probs(logits: torch.Tensor, temperature: float) -> torch.Tensor:
+    """softmax(logits / temperature) in float64, for ``temperature`` > 0.
+
+    The largest logit is subtracted first, so a temperature small enough to overflow the division gives its
+    limit (all mass on the largest logits) instead of NaN."""
+    logits = logits.double()
+    return torch.softmax((logits - logits.max(dim=-1, keepdim=True).values) / temperature, dim=-1)
+
+
 def sample(logits: torch.Tensor, temperature: float = 0.0, generator: torch.Generator | None = None) -> int:
     """Greedy when temperature is 0, else a draw from softmax(logits / temperature)."""
     if temperature <= 0:
         return int(torch.argmax(logits))
-    probs = torch.softmax(logits.double() / temperature, dim=-1)
-    return int(torch.multinomial(probs, 1, generator=generator))
+    return int(torch.multinomial(probs(logits, temperature), 1, generator=generator))
 
 
 @torch.no_grad()

@@ -33,7 +33,7 @@ import torch
 from stage5.engine import checks
 from stage5.engine.batch import feed
 from stage5.engine.kv import KVPool, PagedAllocator
-from stage5.engine.model import Transformer
+from stage5.engine.model import Transformer, probs
 from stage5.engine.scheduler import Scheduler
 from stage5.engine.sequence import Request, Sequence
 from stage5.models import ModelConfig
@@ -109,10 +109,6 @@ class PagedRunner:
         for seq in batch:
             self.ensure_blocks(seq)
         return feed(self.model, self.pool, batch, self.alloc.slots, last_only=False)
-
-
-def probs(logits: torch.Tensor, temperature: float) -> torch.Tensor:
-    return torch.softmax(logits.double() / temperature, dim=-1)
 
 
 # ---------------------------------------------------------------------------------- drafters
