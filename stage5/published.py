@@ -56,15 +56,17 @@ SINGLE = {
 # ======================================================================================= measured serving points
 # Published measurements of real servers, for `python -m stage5 validate` (stage5.validate). Each figure was read
 # in the source named beside it; none is used to set any default of the cost model's estimate mode.
-from dataclasses import dataclass  # noqa: E402
+from dataclasses import dataclass, replace  # noqa: E402
 
-from stage5.models import ModelConfig  # noqa: E402
+from stage5.models import ModelConfig, get_model  # noqa: E402
 
 
 @dataclass(frozen=True)
 class ServingPoint:
     """One published measurement. Times in ms; ``tpot_ms`` is the time per output token (TPOT or inter-token
-    latency), ``ttft_ms`` the time to first token (None where the source gives none)."""
+    latency), ``ttft_ms`` the time to first token where it is checked (None where the source gives none, and
+    above concurrency 1, where other requests' prefills and queueing enter it). ``published_ttft_ms`` is the
+    row's TTFT as published at any concurrency, kept to show where requests queued."""
 
     id: str
     model: str | ModelConfig
@@ -78,6 +80,7 @@ class ServingPoint:
     tpot_ms: float
     ttft_ms: float | None
     source: str
+    published_ttft_ms: float | None = None
 
 
 def _llama2(name: str, hidden: int, layers: int, heads: int, kv_heads: int, ffn: int) -> ModelConfig:
@@ -98,22 +101,58 @@ _GPT_FAST_TOKS = {(LLAMA2_7B, 1): 104.9, (LLAMA2_7B, 2): 168.84, (LLAMA2_7B, 4):
                   (LLAMA2_70B, 2): 21.32, (LLAMA2_70B, 4): 38.01, (LLAMA2_70B, 8): 62.50}
 
 # NVIDIA NIM LLM benchmarking guide, "Performance" page (docs.nvidia.com/nim/benchmarking/llm/1.0.0/performance),
-# section "Llama-3.3-70b-instruct Results", NIM 1.8.0, 2 x H100 80G, fp8 TP2. Llama 3.3 70B has Llama 3 70B's
-# architecture. The page names the weight precision only; the KV cache is taken as BF16 (the larger, so the
-# floor stays a floor).
-_NIM = "NVIDIA NIM benchmarking, Llama-3.3-70b-instruct, NIM 1.8.0, 2 x H100 fp8 TP2"
-# (prompt, output, concurrency): (TTFT ms, ITL ms), rows of the tables "5000 Input Tokens / 500 Output Tokens"
-# and "500 Input Tokens / 2000 Output Tokens". Rows at concurrency 100 and above are left out: their TTFT
-# (8 to 89 s) shows requests queueing, so fewer than that many were decoding at once.
-_NIM_ROWS = {(5000, 500, 1): (406.77, 18.58), (5000, 500, 5): (546.7, 21.83), (5000, 500, 25): (688.69, 38.75),
-             (5000, 500, 50): (834.51, 59.73), (500, 2000, 1): (47.77, 18.91)}
+# NIM 1.8.0, measured with AIPerf: section "Llama-3.3-70b-instruct Results" (2 x H100 80G, fp8 TP2) and section
+# "Llama-3.1-8b-instruct Results" (1 x H100 80G, fp8 TP1).
+_NIM = "NVIDIA NIM benchmarking, NIM 1.8.0"
+# Llama 3.3 70B and Llama 3.1 8B have the layer sizes of the registry's Llama 3 70B and 8B; their config.json
+# files (meta-llama/Llama-3.3-70B-Instruct, meta-llama/Llama-3.1-8B-Instruct) add RoPE scaling and raise
+# max_position_embeddings to 131,072, which the 20,000-token prompts below need.
+LLAMA33_70B = replace(get_model("llama3-70b"), name="llama3.3-70b", max_position_embeddings=131072)
+LLAMA31_8B = replace(get_model("llama3-8b"), name="llama3.1-8b", max_position_embeddings=131072)
+# Every row of both sections' tables, transcribed whole: {(prompt, output): ((concurrency, TTFT ms, ITL ms), ...)}.
+# No row is chosen here; stage5.validate sets aside the rows whose requests cannot all be in the KV cache at once.
+NIM_70B_TABLES = {
+    (5000, 500): ((1, 406.77, 18.58), (5, 546.7, 21.83), (25, 688.69, 38.75), (50, 834.51, 59.73),
+                  (100, 7996.25, 92.91), (150, 34794.22, 92.86), (200, 61680.22, 93.06), (250, 88605.32, 93.2)),
+    (500, 2000): ((1, 47.77, 18.91), (5, 126.53, 19.04), (25, 147.63, 21.69), (50, 181.64, 23.97),
+                  (100, 229.77, 29.98), (150, 296.74, 37.85), (200, 4867.89, 40.72)),
+    (200, 200): ((1, 31.22, 18.8), (5, 88.7, 18.83), (25, 138.98, 20.61), (50, 156.28, 23.33),
+                 (100, 176.8, 29.87), (150, 195.51, 37.75), (200, 253.36, 42.95), (250, 264.22, 48.16)),
+    (1000, 1000): ((1, 82.46, 18.67), (5, 145.62, 19.07), (25, 250.49, 22.45), (50, 278.62, 25.87),
+                   (100, 334.23, 34.21), (150, 428.54, 44.44), (200, 558.23, 50.66), (250, 3499.83, 56.3)),
+    (20000, 2000): ((1, 1833.01, 19.58), (5, 2910.33, 25.24), (25, 18781.26, 48.26), (50, 123969.71, 49.22),
+                    (100, 333564.85, 49.81), (150, 543226.4, 50.01), (200, 753417.03, 50.06),
+                    (250, 963222.96, 50.13)),
+}
+NIM_8B_TABLES = {
+    (200, 200): ((1, 10.26, 4.63), (5, 16.81, 4.58), (25, 36.34, 5.19), (50, 67.41, 5.91), (100, 119.97, 7.57),
+                 (150, 346.53, 9.81), (200, 465.18, 12.65), (250, 605.6, 16.14)),
+    (500, 2000): ((1, 13.84, 4.56), (5, 30.88, 4.81), (25, 97.07, 5.82), (50, 135.26, 7.06), (100, 239.92, 9.51),
+                  (150, 376.95, 13.34), (200, 1664.34, 14.96), (250, 6550.46, 16.97)),
+    (1000, 1000): ((1, 19.03, 4.53), (5, 55.87, 4.8), (25, 268.42, 5.84), (50, 414.87, 7.26), (100, 615.16, 10.04),
+                   (150, 885.53, 14.14), (200, 1258.79, 16.02), (250, 1885.04, 19.68)),
+    (5000, 500): ((1, 77.45, 4.62), (5, 279.92, 5.42), (25, 724.14, 9.67), (50, 817.73, 16.47), (100, 915.15, 29.67),
+                  (150, 1080.0, 43.35), (200, 4361.35, 50.41), (250, 11717.42, 50.53)),
+    (20000, 2000): ((1, 403.2, 5.06), (5, 1141.22, 7.39), (25, 2371.46, 19.35), (50, 11071.41, 30.73),
+                    (100, 78187.07, 31.08), (150, 145290.54, 31.31), (200, 211735.71, 31.46),
+                    (250, 278580.85, 31.62)),
+}
+# The page names the weight precision (fp8) but not the KV cache's. It is taken as FP8, because the tables
+# themselves rule out BF16: the 70B model serves 200 concurrent 1,000 + 1,000-token requests, and the 8B model
+# 150 concurrent 5,000 + 500-token ones, with no jump in TTFT, which a BF16 cache has no room for
+# (tests/test_validate.py checks this against stage5.cost.max_concurrency). An inference, not a quote.
+NIM_KV = "fp8"
+NIM_KV_EVIDENCE = (("llama3.3-70b", 1000, 1000, 200), ("llama3.1-8b", 5000, 500, 150))  # model, prompt, output, concurrency
+_NIM_DEPLOYMENTS = ((LLAMA33_70B, 2, NIM_70B_TABLES, "Llama-3.3-70b-instruct, 2 x H100 fp8 TP2"),
+                    (LLAMA31_8B, 1, NIM_8B_TABLES, "Llama-3.1-8b-instruct, 1 x H100 fp8 TP1"))
 
 SERVING_POINTS: tuple[ServingPoint, ...] = (
     *(ServingPoint(f"gptfast-{m.name}-tp{n}", m, "A100-80GB", n, "bf16", "bf16", 1, 5, 200, 1000 / toks, None,
                    f"{_GPT_FAST}: {m.name}, {n} GPU(s), {toks} tokens/s")
       for (m, n), toks in _GPT_FAST_TOKS.items()),
-    *(ServingPoint(f"nim-llama3.3-70b-fp8-tp2-p{p}-o{o}-c{c}", "llama3-70b", "H100-SXM", 2, "fp8", "bf16", c, p, o,
-                   itl, ttft if c == 1 else None,
-                   f"{_NIM}, table '{p} Input Tokens / {o} Output Tokens', concurrency {c}")
-      for (p, o, c), (ttft, itl) in _NIM_ROWS.items()),
+    *(ServingPoint(f"nim-{model.name}-fp8-tp{n}-p{p}-o{o}-c{c}", model, "H100-SXM", n, "fp8", NIM_KV, c, p, o, itl,
+                   ttft if c == 1 else None, f"{_NIM}, {section}, table '{p} Input Tokens / {o} Output Tokens', "
+                   f"concurrency {c}", ttft)
+      for model, n, tables, section in _NIM_DEPLOYMENTS
+      for (p, o), table in tables.items() for c, ttft, itl in table),
 )
