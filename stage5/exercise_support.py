@@ -2,22 +2,26 @@
 
 * :func:`tiny_model` - a small random-weight Llama-style model in float64 (fast on a CPU, exact greedy tokens);
 * :func:`small_workload` - seeded long-tailed requests sized for it (byte tokens, a generous ``max_tokens`` cap);
-* :func:`make_pool` and :func:`forward_step` - one forward pass of a batch whose K/V live wherever the learner's
-  cache says (``cache.slots(seq, positions)``), through :class:`stage5.engine.kv.KVPool`;
+* :func:`forward_step` - one forward pass of a batch whose K/V live wherever the learner's cache says
+  (``cache.slots(seq, positions)``), written and read by the learner's own attention (their ``PagedKV``);
 * :class:`Meter` - counts steps, tokens, running sequences and K/V utilisation exactly as
   :class:`stage5.engine.engine.Engine` does, and returns the engine's :class:`RunResult`;
+* :func:`slot_list` - a cache's ``slots()`` answer checked against its contract, for forward_step and the tests.
+
+Learner code is checked at each of these doors, so a broken contract is reported as a sentence naming the method
+and what was wrong, never as a tensor-shape error from deep inside torch.
 * :func:`show_table` - prints a 2x2 of results.
 """
 
 from __future__ import annotations
 
 import time
+from typing import Any
 
 import torch
 
 from stage5.engine.batch import feed
 from stage5.engine.engine import RunResult
-from stage5.engine.kv import KVPool
 from stage5.engine.model import Transformer
 from stage5.engine.sequence import Request, Sequence
 from stage5.engine.workload import make_workload
@@ -42,50 +46,110 @@ def small_workload(n: int = 24, seed: int = 0, max_tokens: int = 192) -> list[Re
                          output_range=(2, min(160, max_tokens)), max_tokens=max_tokens)
 
 
-def make_pool(model: Transformer, cache) -> KVPool:
-    """The K/V storage for ``cache.num_slots`` token slots, in the model's dtype."""
-    return KVPool(model.cfg, cache.num_slots, next(model.parameters()).dtype)
+def slot_list(got: Any, count: int, capacity: int, who: str = "cache.slots()") -> torch.Tensor:
+    """``got``, the answer of ``cache.slots(seq, positions)`` for ``count`` positions, as a 1-D tensor of ints.
+
+    The contract: a 1-D tensor or a list of ints, one slot per position, each in ``0 .. capacity - 1``, no two the
+    same (two tokens of one sequence in one slot would overwrite each other's keys and values). Anything else is a
+    ``ValueError`` whose message says which of these was broken.
+    """
+    if isinstance(got, torch.Tensor):
+        slots = got
+    else:
+        try:
+            slots = torch.as_tensor(list(got))
+        except (TypeError, ValueError, RuntimeError):
+            raise ValueError(f"{who} returned {type(got).__name__}: return a 1-D tensor or a list of ints, one slot "
+                             "per position") from None
+    if slots.dim() != 1 and not (slots.dim() == 0 and count == 1):
+        raise ValueError(f"{who} returned a {slots.dim()}-D tensor of shape {tuple(slots.shape)}: return a 1-D "
+                         "tensor or a list of ints, one slot per position")
+    if slots.dtype == torch.bool or slots.dtype.is_floating_point or slots.dtype.is_complex:
+        raise ValueError(f"{who} returned {slots.dtype} values: slots are ints (a float slot such as 3.0 or 2.5 "
+                         "cannot index the K/V store; compute them with integer arithmetic, // and %)")
+    slots = slots.reshape(-1).to(torch.long)
+    if len(slots) != count:
+        raise ValueError(f"{who} returned {len(slots)} slots for {count} positions: one slot per position, in "
+                         "order (for a paged cache: does the block table cover every token?)")
+    if count and (int(slots.min()) < 0 or int(slots.max()) >= capacity):
+        raise ValueError(f"{who} returned slot {int(slots.min()) if int(slots.min()) < 0 else int(slots.max())}, "
+                         f"outside the store's {capacity} slots (0 .. {capacity - 1})")
+    if len(torch.unique(slots)) != count:
+        raise ValueError(f"{who} gave two positions of one sequence the same slot: each token needs a slot of its "
+                         "own, or its keys and values overwrite another token's")
+    return slots
+
+
+class _CheckedKV:
+    """The learner's K/V store as the model sees it: every ``attend`` answer is checked before torch uses it."""
+
+    def __init__(self, kv: Any, num_heads: int, head_dim: int):
+        self.kv, self.num_heads, self.head_dim = kv, num_heads, head_dim
+
+    def plan(self, new_slots: list[torch.Tensor], context_slots: list[torch.Tensor]) -> None:
+        self.kv.plan(new_slots, context_slots)
+
+    def attend(self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        out = self.kv.attend(layer, q, k, v)
+        want = (q.shape[0], self.num_heads, self.head_dim)
+        if not isinstance(out, torch.Tensor):
+            raise TypeError(f"PagedKV.attend returned {type(out).__name__}: return a tensor of shape [tokens, heads, "
+                            f"head_dim] = {list(want)} for this step")
+        if tuple(out.shape) != want:
+            raise ValueError(f"PagedKV.attend returned shape {list(out.shape)} for a step of {want[0]} new tokens: "
+                             f"return one [heads, head_dim] row per new token, {list(want)}, in the order of q")
+        if out.dtype != q.dtype:
+            raise TypeError(f"PagedKV.attend returned {out.dtype} values for {q.dtype} queries: keep the model's "
+                            "dtype (create the store with the dtype it is given)")
+        return out
 
 
 @torch.no_grad()
-def forward_step(model: Transformer, pool: KVPool, batch: list[Sequence], cache) -> list[int]:
-    """One forward over ``batch``: each sequence feeds the tokens whose K/V are not stored yet (the whole prompt
-    after admission, else its newest token). Their K/V are written to ``cache.slots(seq, new positions)`` and
-    attention reads the context back through ``cache.slots(seq, all positions)``. Sets ``seq.num_cached`` and
-    returns the next (greedy) token of each sequence, in order. The caller appends them."""
-    if not batch:
-        raise ValueError("forward_step got an empty batch: call it only when at least one sequence runs")
+def forward_step(model: Transformer, kv: Any, batch: list[Sequence], cache: Any) -> list[int]:
+    """One forward over ``batch`` through the K/V store ``kv`` (the learner's ``PagedKV``): each sequence feeds the
+    tokens whose K/V are not stored yet (the whole prompt after admission, else its newest token). ``kv`` is told
+    their slots, ``cache.slots(seq, new positions)``, and each sequence's whole context, ``cache.slots(seq, all
+    positions)``. Sets ``seq.num_cached`` and returns the next (greedy) token of each sequence, in order. The
+    caller appends them."""
+    if not isinstance(batch, list | tuple) or not batch:
+        raise ValueError("forward_step needs a non-empty list of running sequences: call it only when at least one "
+                         "sequence runs")
+    seen: set[int] = set()
     for seq in batch:
         # a learner's loop that skips or repeats a sequence meets these messages, not a tensor-shape error
+        if not isinstance(seq, Sequence):
+            raise TypeError(f"forward_step's batch holds a {type(seq).__name__}: it is a list of Sequence objects")
+        if id(seq) in seen:
+            raise ValueError(f"sequence {seq.id} is in the batch twice: each running sequence appears once")
+        seen.add(id(seq))
         if seq.finished:
             raise ValueError(f"sequence {seq.id} is in the batch but has already finished: a finished sequence "
                              "leaves `running` (take care when removing from a list you are iterating over)")
         if seq.num_cached >= len(seq.tokens):
             raise ValueError(f"sequence {seq.id} has no new token to feed (num_cached = len(tokens) = "
-                             f"{len(seq.tokens)}): append each step's new token before the next step, and reset "
+                             f"{len(seq.tokens)}): append each step's new token before the next step (a loop that "
+                             "removes from a list while iterating over it skips the next sequence), and reset "
                              "num_cached to 0 when a sequence is preempted")
+    for name in ("plan", "attend"):
+        if not callable(getattr(kv, name, None)):
+            raise TypeError(f"forward_step's K/V store ({type(kv).__name__}) has no {name}() method: pass the "
+                            "PagedKV the loop created")
+    data = getattr(kv, "data", None)
+    capacity = int(data.shape[2]) if isinstance(data, torch.Tensor) and data.dim() == 5 else int(cache.num_slots)
+    taken: dict[int, int] = {}  # slot -> the sequence whose context holds it, to catch two sequences sharing one
 
     def checked_slots(seq: Sequence, positions: torch.Tensor) -> torch.Tensor:
-        return _slots(cache, seq, positions, pool)
+        slots = slot_list(cache.slots(seq, positions), len(positions), capacity,
+                          f"{type(cache).__name__}.slots() for sequence {seq.id}")
+        for slot in slots.tolist():
+            owner = taken.setdefault(slot, seq.id)
+            if owner != seq.id:
+                raise ValueError(f"{type(cache).__name__}.slots() gave sequences {owner} and {seq.id} the same slot "
+                                 f"{slot}: running sequences never share a slot (check admit and grow)")
+        return slots
 
-    return feed(model, pool, batch, checked_slots).argmax(dim=-1).tolist()
-
-
-def _slots(cache, seq: Sequence, positions: torch.Tensor, pool: KVPool) -> torch.Tensor:
-    """``cache.slots(seq, positions)`` as a tensor of ints (a list is fine), checked before torch indexes with it."""
-    got = cache.slots(seq, positions)
-    try:
-        slots = torch.as_tensor(got, dtype=torch.long).reshape(-1)
-    except (TypeError, ValueError, RuntimeError):
-        raise ValueError(f"cache.slots(seq, positions) returned {type(got).__name__}: return a 1-D tensor or a list "
-                         "of ints, one slot per position") from None
-    if len(slots) != len(positions):
-        raise ValueError(f"cache.slots() returned {len(slots)} slots for {len(positions)} positions of sequence "
-                         f"{seq.id}: one slot per position (is its block table long enough?)")
-    capacity = pool.data.shape[2]  # (layers, K/V, slots, heads, head_dim)
-    if len(slots) and (int(slots.min()) < 0 or int(slots.max()) >= capacity):
-        raise ValueError(f"cache.slots() gave sequence {seq.id} a slot outside the pool of {capacity} slots")
-    return slots
+    checked = _CheckedKV(kv, model.cfg.num_heads, model.cfg.head_dim)
+    return feed(model, checked, batch, checked_slots).argmax(dim=-1).tolist()
 
 
 class Meter:
@@ -111,6 +175,15 @@ class Meter:
 
     def step(self, batch: list[Sequence], cache, admitted: bool) -> None:
         """``batch``: every sequence that ran this step; ``admitted``: did this step admit anyone?"""
+        for seq in batch:
+            # the counts below read the batch as forward_step left it: every token stored, no new one appended yet
+            if not isinstance(seq, Sequence):
+                raise TypeError(f"meter.step's batch holds a {type(seq).__name__}: pass the list of Sequence objects "
+                                "that forward_step ran")
+            if seq.num_cached != len(seq.tokens):
+                raise ValueError(f"meter.step saw sequence {seq.id} with {len(seq.tokens)} tokens of which "
+                                 f"{seq.num_cached} have K/V stored: call meter.step after forward_step and before "
+                                 "appending the step's new tokens, with the batch that ran")
         kind = "prefill" if admitted else "decode"
         self.trace.append((kind, tuple(s.id for s in batch)))
         self.prefills += admitted
@@ -126,6 +199,12 @@ class Meter:
         self.preemptions += 1
 
     def finished(self, seq: Sequence) -> None:
+        if not getattr(seq, "finished", False):
+            raise ValueError(f"meter.finished was called for sequence {getattr(seq, 'id', seq)}, which has not "
+                             "finished: report a sequence once, in the step its last token was appended")
+        if seq.id in self.outputs:
+            raise ValueError(f"meter.finished was called twice for sequence {seq.id}: report each sequence once, "
+                             "when it leaves `running`")
         self.outputs[seq.id] = seq.output
 
     def result(self, requests: list[Request]) -> RunResult:

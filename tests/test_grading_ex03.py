@@ -30,6 +30,7 @@ EXPECTED = {
                                 ["left out the KV-cache reads", "each step reads every sequence's KV"]),
     ("ex03", "no_kv_memory"): (10, {"b2_general", "b4_long_answers", "b5_kv_heavy"},
                                ["fits in KV memory", "batching is limited here: by the KV memory"]),
+    ("ex03", "capital_labels"): (16, set(), []),  # "Batching", "Prefix-Caching", " memory": visible and hidden
     ("ex03", "rounded_gain"): (16, set(), []),  # a gain rounded to two decimals is still within 5%
     ("ex03", "delegates"): (3, EX03_B, ["computes this answer for you"]),
     ("ex03", "crash"): (3, EX03_B, ["KeyError"]),

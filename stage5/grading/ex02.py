@@ -291,8 +291,9 @@ def check_block_tables(label: str, kernel: Any, block_size: int = 4, num_blocks:
             raise GradingError(f"{label}: {_table_hint(len(table), need, -(-cap_tokens[seq_id] // block_size), n % block_size == 0)}")
         want = [table[p // block_size] * block_size + p % block_size for p in range(n)]
         if slots != want:
-            raise GradingError(f"{label}: slots() does not map position p to block_table[p // block_size] * "
-                               "block_size + p % block_size")
+            raise GradingError(f"{label}: slots() does not follow the block table: block_table[i] holds the tokens "
+                               "i*B .. (i+1)*B - 1 in order, and block b owns the slots b*B .. b*B + B - 1 "
+                               "(B = block_size)")
     final: dict[int, list[int]] = {}
     for seq_id, _, table, _ in obs["snapshots"]:
         final[seq_id] = table

@@ -75,6 +75,28 @@ def _lever_hint(got: str, ref: Any, dep: Mapping[str, Any]) -> str:
             "check how far concurrency can actually rise and what each step then costs")
 
 
+LABELS: dict[str, tuple[str, ...]] = {"phase": ("prefill", "decode"), "decode_bound": ("memory", "compute"),
+                                      "best_lever": ("batching", "prefix_caching", "quantization", "speculative")}
+
+
+def check_format(diagnosis: Any) -> None:
+    """Exercise 3's visible check: ``diagnosis`` has the shape every answer must have, read exactly as
+    :func:`check_diagnosis` reads it (a label in any case, with spaces or hyphens, as :func:`label` reads it; a gain
+    that is any positive finite number, ``6`` or ``6.0``). Raises :class:`GradingError` naming the field and what is
+    accepted; says nothing about whether the answer is right."""
+    if not isinstance(diagnosis, Mapping):
+        raise GradingError(f"a diagnosis is a dict with keys {', '.join(DIAGNOSIS_FIELDS)}; got "
+                           f"{type(diagnosis).__name__}")
+    missing = [f for f in DIAGNOSIS_FIELDS if f not in diagnosis]
+    if missing:
+        raise GradingError(f"the diagnosis lacks {', '.join(missing)}")
+    for field, accepted in LABELS.items():
+        if _label(diagnosis[field]) not in accepted:
+            raise GradingError(f"{field} is one of {', '.join(repr(a) for a in accepted)}; got {diagnosis[field]!r}")
+    if _as_number("gain", diagnosis["gain"]) <= 0:
+        raise GradingError(f"gain is a positive number (old metric / new metric); got {diagnosis['gain']!r}")
+
+
 def check_diagnosis(name: str, got: Any, dep: Mapping[str, Any], fields: Iterable[str] = DIAGNOSIS_FIELDS,
                     gain_factor: float = GAIN_FACTOR) -> None:
     """Compare a learner's diagnosis dict with the reference for ``dep``: ``phase``, ``decode_bound`` and

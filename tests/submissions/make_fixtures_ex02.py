@@ -75,6 +75,10 @@ def ex02():
         "mutates_while_iterating": variant("serve_answer", (
             "        for seq, token in zip(batch, next_tokens, strict=True):",
             "        for seq, token in zip(running, next_tokens):")),
+        # the same slip in the static loop of Part 1
+        "static_mutates_while_iterating": variant("static_answer", (
+            "        for seq, token in zip(batch, next_tokens, strict=True):",
+            "        for seq, token in zip(running, next_tokens):")),
     }
     # correct builds by another route: full marks
     right_alternatives = {

@@ -98,6 +98,13 @@ def ex03():
         "no_kv_traffic": fill(good, diagnose_answer=no_kv),
         "delegates": fill(good, diagnose_answer=delegates),
         "crash": fill(good, diagnose_answer=crash),
+        # correct by another route: labels as a reader writes them (capitals, spaces, hyphens); the visible
+        # check_format must accept them too, as the hidden check does
+        "capital_labels": fill(good, a1_prediction_answer='prediction_chat = {"phase": "Decode", "decode_bound": '
+                                                          '" memory", "best_lever": "Batching", "gain": 2.7}',
+                               diagnose_answer=diagnose_source(good, (
+                                   '"best_lever": best, "gain": gains[best]}',
+                                   '"best_lever": best.replace("_", "-").title(), "gain": gains[best]}'))),
     }
 
 
