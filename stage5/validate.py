@@ -68,7 +68,8 @@ def queued(point: ServingPoint) -> bool:
     """Whether some of the point's requests must wait: its concurrency exceeds the sequences of prompt + output
     tokens whose KV cache fits at once (:func:`stage5.cost.max_concurrency`). TensorRT-LLM, NIM's backend,
     admits a request only when its whole prompt and answer are sure to fit (its default capacity policy,
-    GUARANTEED_NO_EVICT), so the whole length is what counts."""
+    GUARANTEED_NO_EVICT: TensorRT-LLM performance-tuning guide, "Useful Runtime Options", section "Capacity
+    Scheduler Policy"), so the whole length is what counts."""
     return point.concurrency > int(cost.max_concurrency(_deployment(point), point.prompt + point.output))
 
 
