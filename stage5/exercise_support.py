@@ -6,11 +6,11 @@
   (``cache.slots(seq, positions)``), written and read by the learner's own attention (their ``PagedKV``);
 * :class:`Meter` - counts steps, tokens, running sequences and K/V utilisation exactly as
   :class:`stage5.engine.engine.Engine` does, and returns the engine's :class:`RunResult`;
-* :func:`slot_list` - a cache's ``slots()`` answer checked against its contract, for forward_step and the tests.
+* :func:`slot_list` - a cache's ``slots()`` answer checked against its contract, for forward_step and the tests;
+* :func:`show_table` - prints a 2x2 of results.
 
 Learner code is checked at each of these doors, so a broken contract is reported as a sentence naming the method
 and what was wrong, never as a tensor-shape error from deep inside torch.
-* :func:`show_table` - prints a 2x2 of results.
 """
 
 from __future__ import annotations

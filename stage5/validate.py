@@ -93,12 +93,27 @@ def rows(estimate: cost.Estimate | None = None) -> list[Row]:
     return out
 
 
+def in_band(ratio: float) -> bool:
+    """Whether an estimate / measured ratio lies in :data:`WITHIN`."""
+    return WITHIN[0] <= ratio <= WITHIN[1]
+
+
+def by_concurrency(report: dict[str, object], bands: dict[str, tuple[int, int]]) -> dict[str, tuple[int, float, float]]:
+    """For each named band of concurrency ``(low, high)``, inclusive: the report's points in it, the percentage
+    whose estimate is :func:`in_band`, and the median estimate / measured."""
+    concurrency = {p.id: p.concurrency for p in SERVING_POINTS}
+    out = {}
+    for name, (lo, hi) in bands.items():
+        ratios = [p["estimate_ratio"] for p in report["points"] if lo <= concurrency[p["id"]] <= hi]
+        out[name] = (len(ratios), 100 * sum(map(in_band, ratios)) / len(ratios), float(np.median(ratios)))
+    return out
+
+
 def summary(estimate: cost.Estimate | None = None) -> dict[str, object]:
     """The validate report: every row, the share of estimates within :data:`WITHIN` and whether the floor is
     at or below every measurement."""
     table = rows(estimate)
-    ratios = np.array([r.estimate_ratio for r in table])
-    within = float(np.mean((ratios >= WITHIN[0]) & (ratios <= WITHIN[1])))
+    within = float(np.mean([in_band(r.estimate_ratio) for r in table]))
     return {"points": [r.as_dict() for r in table], "estimate_within_25pct": within,
             "floor_is_lower_bound": bool(all(r.floor <= r.measured for r in table))}
 

@@ -38,7 +38,7 @@ def test_estimate_is_within_25_percent_on_at_least_80_percent_of_points():
 def test_estimate_share_does_not_fall_below_the_recorded_one():
     """A ratchet under the unmet 80% target: the 63 of 79 points recorded when the NIM tables were added."""
     table = validate.rows()
-    within = sum(validate.WITHIN[0] <= r.estimate_ratio <= validate.WITHIN[1] for r in table)
+    within = sum(validate.in_band(r.estimate_ratio) for r in table)
     assert within >= 63, f"the estimate now lands within 25% on {within} of {len(table)} points"
 
 
@@ -202,3 +202,12 @@ def test_deploy_takes_a_mode(capsys):
     est = json.loads(capsys.readouterr().out)
     assert floor["mode"] == "floor" and floor["added_ms"] == 0
     assert est["mode"] == "estimate" and est["added_ms"] > 0 and est["tpot_ms"] > floor["tpot_ms"]
+
+
+def test_concurrency_bands_partition_the_points_and_agree_with_the_share():
+    report = validate.summary()
+    bands = validate.by_concurrency(report, {"alone": (1, 1), "more": (2, 10**9)})
+    assert sum(n for n, _, _ in bands.values()) == len(report["points"])
+    in_band = sum(n * pct / 100 for n, pct, _ in bands.values())
+    assert in_band == pytest.approx(report["estimate_within_25pct"] * len(report["points"]))
+    assert all(validate.WITHIN[0] / 4 < median < validate.WITHIN[1] * 4 for _, _, median in bands.values())
