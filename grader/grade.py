@@ -1,13 +1,24 @@
-"""Grade a class: ``python grader/grade.py [--inbox grader/inbox] [--assignment ex01]`` (``make grade``).
+"""Grade a class: ``python grader/grade.py [--inbox grader/inbox] [--assignment ex01] [--roster roster.csv]``
+(``make grade``).
 
-Put the learners' notebooks (``.ipynb`` files, one per learner, named after the learner, e.g.
-``alice_ex01.ipynb``; folders per learner and ``.zip`` downloads from an LMS work too) in the inbox, then run
-this. It records the assignment in the gradebook, collects the notebooks, autogrades them, writes one HTML
-feedback file per learner under ``grader/feedback/`` and exports ``grader/grades.csv`` (nbgrader's format) and
-``grader/summary.csv`` (score, failed checks and reasons), printing one line per learner. Each notebook runs in a
-disposable sandbox (``stage5/grading/sandbox.py``); ``--jobs 2`` grades two at a time. Run it again after marking
-by hand in Formgrader: submissions already graded are kept (``--regrade`` grades them all again) and the scores
-are re-read from the gradebook.
+Put the learners' notebooks in the inbox (``grader/inbox/``), one per learner, named for the learner and the
+assignment: ``alice_ex01.ipynb``, ``alice/ex01.ipynb`` or an LMS's ``.zip``. Only files named for the assignment
+being graded are collected; the others are listed as skipped. Two different files for one learner (``alice/…`` and
+``mallory/alice_ex01.ipynb``, ``Carol_ex01`` and ``carol-ex01``) are a clash, and a learner's zip holding another
+learner's notebook is refused: neither is graded until you remove (or rename) the wrong file and run this again.
+The rules are in ``grader/collect.py``.
+
+This records the assignment in the gradebook, collects the notebooks with their submission times, names each
+learner (the id as last name, or first and last names from ``--roster``, a CSV with the columns
+id,first_name,last_name), autogrades them, writes one HTML feedback file per learner under ``grader/feedback/`` and
+exports ``grader/grades.csv`` (nbgrader's format) and ``grader/summary.csv`` (one row per learner and assignment:
+score, status, failed checks and reasons), printing one line per learner. Each notebook runs in a disposable
+sandbox (``stage5/grading/sandbox.py``); ``--jobs 2`` grades two at a time. Run it again after marking by hand in
+Formgrader: submissions already graded are kept (``--regrade`` grades them all again) and the scores are re-read
+from the gradebook.
+
+Exit status: 0 when every learner found was graded; 1 when some were not (a clash, a refused zip, a failure that
+was not theirs); 2 for a mistake in the command (an unknown assignment, a missing or empty inbox, a bad roster).
 
 ``python grader/grade.py release [--assignment ex01]`` regenerates the committed release in ``exercises/``.
 """
@@ -21,7 +32,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from workflow import Course  # noqa: E402
+from collect import RosterError, entries, read_roster, sort_inbox  # noqa: E402
+from workflow import UNGRADED, Course, UnknownAssignment  # noqa: E402
 
 from stage5.grading.sandbox import isolation  # noqa: E402
 
@@ -31,6 +43,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("command", nargs="?", default="grade", choices=["grade", "release"])
     parser.add_argument("--assignment", default="ex01")
     parser.add_argument("--inbox", default=None, help="folder of submissions (default: grader/inbox)")
+    parser.add_argument("--roster", default=None,
+                        help="CSV of the learners' names (columns id,first_name,last_name) for Formgrader")
     parser.add_argument("--work", default=None, help="working folder for nbgrader state (default: grader/)")
     parser.add_argument("--no-feedback", action="store_true")
     parser.add_argument("--jobs", type=int, default=1, help="submissions graded at once (one per core is sensible)")
@@ -41,30 +55,66 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--jobs must be at least 1, got {args.jobs}")
 
     course = Course(args.work)
+    try:
+        course.check_assignment(args.assignment)
+        roster = read_roster(args.roster) if args.roster else None
+    except (UnknownAssignment, RosterError) as err:
+        return _refuse(str(err))
     if args.command == "release":
         folder = course.release(args.assignment)
         print(f"released {args.assignment} to {folder}")
         return 0
     inbox = Path(args.inbox) if args.inbox else course.work / "inbox"
-    inbox.mkdir(parents=True, exist_ok=True)
-    if not any(inbox.iterdir()):
-        print(f"no submissions in {inbox}: put the learners' .ipynb (or .zip) files there", file=sys.stderr)
-        return 1
+    example = f"<learner>_{args.assignment}.ipynb"
+    if not inbox.is_dir():
+        return _refuse(f"no inbox folder {inbox}: create it and copy the learners' notebooks into it ({example})"
+                       if not inbox.exists() else f"the inbox {inbox} is not a folder")
+    if not entries(inbox):
+        return _refuse(f"no submissions in {inbox}: copy the learners' notebooks there, one per learner, named "
+                       f"{example} (or <learner>/{args.assignment}.ipynb, or the LMS's .zip)")
+    found = sort_inbox(inbox, args.assignment, course.assignments())
+    if found.is_empty():
+        for label, why in found.skipped:
+            print(f"skipped  {label}: {why}")
+        return _refuse(f"nothing to grade for {args.assignment} in {inbox}: {len(found.skipped)} file(s) there, "
+                       f"none named for {args.assignment} ({example})")
     mode, why = isolation()
     if mode != "bwrap":
         print(f"WARNING: grading WITHOUT a sandbox: {why}", file=sys.stderr)
     t0 = time.perf_counter()
     results = course.grade(inbox, args.assignment, feedback=not args.no_feedback, jobs=args.jobs,
-                           regrade=args.regrade)
+                           regrade=args.regrade, roster=roster)
     for r in results:
         print(r.line())
+    for label, why in course.skipped:
+        print(f"skipped  {label}: {why}")
+    if roster:
+        handed_in = {r.student for r in results}
+        strangers = sorted(handed_in - set(roster))
+        if strangers:
+            print(f"not in the roster (named by their id): {', '.join(strangers)}")
+        absent = sorted(set(roster) - handed_in)
+        if absent:
+            print(f"in the roster, nothing handed in for {args.assignment}: {', '.join(absent)}")
+    for notice in course.notices:
+        print(notice, file=sys.stderr)
     reused = sum(r.reused for r in results)
     print(f"{len(results)} submission(s) ({reused} unchanged since the last run, kept) in "
           f"{time.perf_counter() - t0:.0f} s; feedback in "
           f"{course.config.CourseDirectory.feedback_directory}/<student>/{args.assignment}/, "
           f"grades in {course.work / 'grades.csv'} and {course.work / 'summary.csv'}")
+    ungraded = [r for r in results if r.status in UNGRADED]
+    if ungraded:
+        print(f"{len(ungraded)} learner(s) NOT graded ({', '.join(sorted({r.status for r in ungraded}))}): "
+              f"{', '.join(r.student for r in ungraded)}; see their lines above", file=sys.stderr)
+        return 1
     return 0
 
+
+def _refuse(message: str) -> int:
+    """A mistake in the command: one line on stderr, exit status 2."""
+    print(message, file=sys.stderr)
+    return 2
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -20,11 +20,16 @@ import shutil
 import tempfile
 import time
 import warnings
-import zipfile
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from collect import (
+    Learner,
+    sort_inbox,
+    student_id,  # noqa: F401  (the id rule, imported from here by tests and tools)
+    timestamp_text,
+)
 from nbgrader.api import Gradebook, MissingEntry
 from nbgrader.apps import NbGraderAPI
 from nbgrader.plugins.export import CsvExportPlugin
@@ -35,6 +40,13 @@ from traitlets.config import Config
 MAX_SUBMISSION_BYTES = 50 * 2**20  # a submitted file larger than this is not opened
 ATTEMPTS = 2  # a failure that is not the learner's (kernel start, the machine) is retried once, then reported
 NOT_GRADED = "not graded: retry"
+CLASH = "clash"  # two different files claim one learner: neither is graded until the instructor removes one
+REFUSED = "refused"  # a learner's zip holds another learner's notebook: nothing in it is graded
+UNGRADED = (NOT_GRADED, CLASH, REFUSED)  # statuses with no score (not a 0)
+
+
+class UnknownAssignment(ValueError):
+    """An assignment id the course does not have (the message names the ones it has)."""
 
 # nbgrader 0.9.6 with SQLAlchemy 2.0 warns about its own session handling on every autograde: not the instructor's
 # concern, and it buries the one line per learner that make grade prints.
@@ -66,7 +78,7 @@ class Result:
 
     def line(self) -> str:
         pending = f" (+{self.manual_pending:g} to mark by hand)" if self.manual_pending else ""
-        score = "    -" if self.status == NOT_GRADED else f"{self.score:5.1f}"
+        score = "    -" if self.status in UNGRADED else f"{self.score:5.1f}"
         text = f"{self.student:<24} {self.assignment}  {score} / {self.out_of:g}{pending}  {self.status}"
         if self.failed:
             text += f"; failed: {', '.join(self.failed)}"
@@ -87,6 +99,8 @@ class Course:
         if config is not None:
             self.config.merge(config)
         self.db_url = self.config.CourseDirectory.db_url
+        self.skipped: list[tuple[str, str]] = []  # (file, why) the last collect did not take
+        self.notices: list[str] = []  # things the instructor should know that are no learner's result
 
     def api(self, **overrides: str) -> NbGraderAPI:
         c = Config(self.config)
@@ -105,29 +119,62 @@ class Course:
         return (self.root / rel) / assignment
 
     # -------------------------------------------------------------------------------- collect
-    def collect(self, inbox: str | Path, assignment: str, release_nb: Path, regrade: bool = False) -> list[Result]:
-        """Copy every notebook found in ``inbox`` (``.ipynb`` files, in folders or ``.zip`` archives) into the
-        submitted folder, one student per file; the student id comes from the file (or folder) name.
+    def assignments(self) -> list[str]:
+        """The course's assignment ids: the folders of the source directory (``solutions/``) holding a notebook."""
+        source = self.root / self.config.CourseDirectory.source_directory
+        return sorted(p.name for p in source.iterdir() if p.is_dir() and any(p.glob("*.ipynb"))) \
+            if source.is_dir() else []
+
+    def check_assignment(self, assignment: str) -> None:
+        """Raise UnknownAssignment (one line, naming the ones that exist) unless ``assignment`` is the course's."""
+        known = self.assignments()
+        if assignment not in known:
+            raise UnknownAssignment(f"no such assignment: {assignment!r} (the course has {', '.join(known)})")
+
+    def collect(self, inbox: str | Path, assignment: str, release_nb: Path, regrade: bool = False,
+                roster: dict[str, Learner] | None = None) -> list[Result]:
+        """Copy each learner's notebook for ``assignment`` from ``inbox`` (``.ipynb`` files, in folders or ``.zip``
+        archives) into the submitted folder, with its submission time (nbgrader's ``timestamp.txt``), and record the
+        learner in the gradebook (named from ``roster``, else with the id as last name). Which file is whose:
+        ``collect.py``. Clashes and refused zips become results that are not graded; files not for ``assignment``
+        are listed in ``self.skipped``.
 
         A submission graded by an earlier run, byte for byte the same, is reused as it was (unless ``regrade``):
         a re-run grades only what is new, and a batch that crashed resumes where it stopped."""
         inbox = Path(inbox)
-        found: dict[str, tuple[Path, str]] = {}
+        found = sort_inbox(inbox, assignment, self.assignments())
+        self.skipped = list(found.skipped)
+        results = []
         with tempfile.TemporaryDirectory() as tmp:
-            for path, label in _notebook_files(inbox, Path(tmp)):
-                student = student_id(label, assignment)
-                if not student:
-                    continue
-                if student in found and found[student][0].stat().st_mtime > path.stat().st_mtime:
-                    continue
-                found[student] = (path, label)
-            results = []
-            for student, (path, label) in sorted(found.items()):
+            for student, submission in sorted(found.learners.items()):
+                path = submission.materialise(Path(tmp), MAX_SUBMISSION_BYTES)
                 earlier = None if regrade else self._earlier(student, assignment, path)
-                results.append(earlier or self._take(student, path, label, assignment, release_nb))
+                r = earlier or self._take(student, path, submission.label, assignment, release_nb)
+                if student in found.copies:
+                    r.reasons.append(f"identical copies not used: {', '.join(found.copies[student])}")
+                results.append(r)
+        for student, claims in found.clashes.items():
+            results.append(Result(student, assignment, source=" | ".join(f.label for f in claims), status=CLASH,
+                                  reasons=[f"{len(claims)} different files claim {student}: "
+                                           f"{', '.join(f.label for f in claims)}; neither is graded: remove (or "
+                                           "rename) the wrong one in the inbox and grade again"]))
+        for student, why in found.refused.items():
+            results.append(Result(student, assignment, status=REFUSED, reasons=why))
+        results.sort(key=lambda r: r.student)
         with Gradebook(self.db_url) as gb:
             for r in results:
-                gb.update_or_create_student(r.student)
+                if r.status in (CLASH, REFUSED):
+                    continue  # not in the gradebook until the instructor chooses: grades.csv would show a 0
+                learner = (roster or {}).get(r.student)
+                try:
+                    known = gb.find_student(r.student)
+                except MissingEntry:
+                    known = None
+                if learner:
+                    gb.update_or_create_student(r.student, first_name=learner.first_name,
+                                                last_name=learner.last_name)
+                elif known is None or (known.first_name is None and known.last_name is None):
+                    gb.update_or_create_student(r.student, first_name="", last_name=r.student)
         return results
 
     def _record(self, student: str, assignment: str) -> Path:
@@ -178,6 +225,7 @@ class Course:
         r.reasons += _tampering(nb, json.loads(release_nb.read_text()))
         dest.mkdir(parents=True, exist_ok=True)
         (dest / release_nb.name).write_text(json.dumps(nb, ensure_ascii=False))
+        (dest / "timestamp.txt").write_text(timestamp_text(path.stat().st_mtime))  # Formgrader's time
         return r
 
     # -------------------------------------------------------------------------------- grade
@@ -286,33 +334,57 @@ class Course:
                         if (grade.score or 0) < grade.max_score:
                             r.failed.append(grade.name)
 
-    def export(self, results: list[Result], out_dir: Path | None = None) -> tuple[Path, Path]:
-        """nbgrader's CSV export (grades.csv) and a summary (summary.csv) with reasons and failed checks."""
+    def export(self, results: list[Result], out_dir: Path | None = None,
+               assignment: str | None = None) -> tuple[Path, Path]:
+        """nbgrader's CSV export (grades.csv) and a summary (summary.csv) with reasons and failed checks, one row
+        per learner and assignment: the rows of this run's assignment are replaced, other assignments' kept."""
         out_dir = Path(out_dir) if out_dir else self.work
         grades = out_dir / "grades.csv"
         with Gradebook(self.db_url) as gb:
             CsvExportPlugin(to=str(grades)).export(gb)
         summary = out_dir / "summary.csv"
+        header = ["student", "assignment", "score", "auto_max", "manual_pending", "status", "failed_checks",
+                  "reasons", "source", "seconds"]
+        kept = self._summary_rows_of_others(summary, header, {assignment} | {r.assignment for r in results})
         with summary.open("w", newline="") as fh:
             w = csv.writer(fh)
-            w.writerow(["student", "assignment", "score", "auto_max", "manual_pending", "status", "failed_checks",
-                        "reasons", "source", "seconds"])
+            w.writerow(header)
+            w.writerows(kept)
             for r in results:
-                score = "" if r.status == NOT_GRADED else f"{r.score:g}"  # not a 0: nothing was graded
+                score = "" if r.status in UNGRADED else f"{r.score:g}"  # not a 0: nothing was graded
                 w.writerow([r.student, r.assignment, score, f"{r.auto_max:g}", f"{r.manual_pending:g}",
                             r.status, " ".join(r.failed), "; ".join(r.reasons), r.source, f"{r.seconds:.1f}"])
         return grades, summary
 
+    def _summary_rows_of_others(self, summary: Path, header: list[str], runs: set[str | None]) -> list[list[str]]:
+        """The rows summary.csv holds for assignments other than ``runs``, as they were. A file this cannot read
+        (edited by hand into another shape) is kept as summary.csv.old and said so in ``self.notices``."""
+        if not summary.exists():
+            return []
+        try:
+            with summary.open(newline="", encoding="utf-8") as fh:
+                rows = list(csv.DictReader(fh))
+            if rows and "assignment" not in rows[0]:
+                raise ValueError("no assignment column")
+        except (ValueError, csv.Error, UnicodeDecodeError) as err:
+            shutil.copyfile(summary, summary.with_suffix(".csv.old"))
+            self.notices.append(f"{summary} was unreadable ({type(err).__name__}): kept as "
+                                f"{summary.with_suffix('.csv.old').name}; rewritten with this run's rows only")
+            return []
+        return [[row.get(h) or "" for h in header] for row in rows if row.get("assignment") not in runs]
+
     # -------------------------------------------------------------------------------- all of it
     def grade(self, inbox: str | Path, assignment: str, feedback: bool = True, jobs: int = 1,
-              regrade: bool = False) -> list[Result]:
+              regrade: bool = False, roster: dict[str, Learner] | None = None) -> list[Result]:
         """Record the assignment, collect ``inbox``, autograde (``jobs`` at a time), write feedback and export.
-        Submissions graded by an earlier run in the same form are reused unless ``regrade``. Returns the results."""
+        Submissions graded by an earlier run in the same form are reused unless ``regrade``; learners are named
+        from ``roster`` (``collect.read_roster``) when given. Returns the results."""
+        self.check_assignment(assignment)
         release = self.release(assignment, self.work / "release")
         notebooks = sorted(release.glob("*.ipynb"))
         if len(notebooks) != 1:
             raise RuntimeError(f"{assignment}: expected one notebook in the release, found {len(notebooks)}")
-        results = self.collect(inbox, assignment, notebooks[0], regrade=regrade)
+        results = self.collect(inbox, assignment, notebooks[0], regrade=regrade, roster=roster)
         self.autograde(results, jobs=jobs)
         if feedback:
             self.feedback(results)
@@ -320,55 +392,11 @@ class Course:
         for r in results:
             if r.status == "invalid" and not r.reused:
                 self._save_record(r)
-        self.export(results)
+        self.export(results, assignment=assignment)
         return results
 
 
 # ------------------------------------------------------------------------------------ helpers
-def student_id(label: str, assignment: str) -> str:
-    """A gradebook id from a file name: the assignment id and LMS decorations removed, lower case.
-
-    ``ex01_alice.ipynb``, ``Alice-ex01.ipynb`` and ``alice/ex01.ipynb`` all give ``alice``; characters other
-    than letters, digits, ``_`` and ``-`` become ``_``.
-    """
-    parts = Path(label).parts
-    stem = Path(parts[-1]).stem
-    stem = re.sub(r"\s*\(\d+\)$", "", stem)  # "alice_ex01 (1)" from a second download
-    name = re.sub(re.escape(assignment), " ", stem, flags=re.IGNORECASE)
-    name = re.sub(r"[^A-Za-z0-9_-]+", "_", name.strip()).strip("_-").lower()
-    if not name and len(parts) > 1:  # folder per student: alice/ex01.ipynb
-        name = re.sub(r"[^A-Za-z0-9_-]+", "_", parts[-2]).strip("_-").lower()
-    return name
-
-
-def _notebook_files(inbox: Path, tmp: Path):
-    """(path, label) for every .ipynb under ``inbox``, including inside .zip files (extracted under ``tmp``)."""
-    if not inbox.exists():
-        return
-    for path in sorted(inbox.rglob("*")):
-        rel = path.relative_to(inbox)
-        if any(part.startswith(".") or part == "__MACOSX" for part in rel.parts):
-            continue
-        if path.suffix == ".ipynb" and path.is_file():
-            yield path, str(rel)
-        elif path.suffix == ".zip" and path.is_file():
-            try:
-                with zipfile.ZipFile(path) as zf:
-                    for i, info in enumerate(zf.infolist()):
-                        member = Path(info.filename)
-                        if member.suffix != ".ipynb" or info.is_dir() or "__MACOSX" in member.parts \
-                                or member.name.startswith("."):
-                            continue
-                        if info.file_size > MAX_SUBMISSION_BYTES:
-                            continue
-                        target = tmp / f"{path.stem}_{i}" / member.name
-                        target.parent.mkdir(parents=True, exist_ok=True)
-                        target.write_bytes(zf.read(info))
-                        yield target, str(member)
-            except zipfile.BadZipFile:
-                continue
-
-
 def _grade_cells(nb: dict) -> dict[str, str]:
     cells = {}
     for cell in nb.get("cells", []):
