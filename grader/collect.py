@@ -273,8 +273,8 @@ def _sort_zip(out: Sorted, claims: dict[str, list[Found]], inbox: Path, rel: Pat
             continue
         inside = list(reversed(member.parts))
         own = _identify(inside, known)[1]
-        if owner and own and own != owner:
-            foreign.append(f"{info.filename} (named for {own})")
+        if owner and own and own != owner and _identify(inside + outside, known)[0] == known[0]:
+            foreign.append(f"{info.filename} (named for {own})")  # only this assignment's notebooks count
         notebooks.append((inside + outside,
                           Found(f"{label}:{info.filename}", path, info.filename, info.file_size, _zip_mtime(info))))
     if foreign:

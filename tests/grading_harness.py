@@ -14,6 +14,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "grader"))
 
+import collect  # noqa: E402  (grader/collect.py: whose file is which)
 import grade  # noqa: E402  (grader/grade.py: what `make grade` runs)
 import workflow  # noqa: E402
 from workflow import Course, Result  # noqa: E402
@@ -21,7 +22,7 @@ from workflow import Course, Result  # noqa: E402
 FIXTURES = REPO / "tests" / "submissions"
 JOBS = 2  # submissions graded at once: CI has two cores
 
-__all__ = ["REPO", "Course", "grade", "workflow", "Result", "check_feedback_has", "check_release_is_fresh", "check_result", "copy_fixtures", "grade_classes",
+__all__ = ["REPO", "Course", "collect", "grade", "workflow", "Result", "check_feedback_has", "check_release_is_fresh", "check_result", "copy_fixtures", "grade_classes",
            "release_setup_source"]
 
 
