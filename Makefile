@@ -53,12 +53,14 @@ lint: $(STAMP)
 figures: $(STAMP)
 	$(PY) -m stage5 figures
 
-# make grade ASSIGNMENT=ex03 grades another exercise (default ex01); JOBS=2 grades two submissions at a time.
+# make grade ASSIGNMENT=ex03 grades another exercise (default ex01); JOBS=2 grades two submissions at a time;
+# ROSTER=roster.csv names the learners in Formgrader (columns id,first_name,last_name).
 ASSIGNMENT ?= ex01
 JOBS ?= 1
+ROSTER ?=
 grade: $(STAMP)
 	@echo "==> autograding every $(ASSIGNMENT) submission in grader/inbox"
-	$(PY) grader/grade.py --assignment $(ASSIGNMENT) --jobs $(JOBS)
+	$(PY) grader/grade.py --assignment $(ASSIGNMENT) --jobs $(JOBS) $(if $(ROSTER),--roster "$(ROSTER)")
 
 # After editing course.toml (repository, release, hub) or a notebook's first cell: regenerate the setup cells,
 # _config.yml's launch settings, the exercises page, the releases in exercises/ and the grading fixtures.

@@ -174,7 +174,7 @@ def test_make_grade_with_empty_inbox_says_so(tmp_path, capsys):
     import grade
 
     (tmp_path / "inbox").mkdir()
-    assert grade.main(["--work", str(tmp_path), "--inbox", str(tmp_path / "inbox")]) == 1
+    assert grade.main(["--work", str(tmp_path), "--inbox", str(tmp_path / "inbox")]) == 2
     assert "no submissions" in capsys.readouterr().err
 
 

@@ -163,6 +163,7 @@ def term(hub):
     r = hub.formgrader("GET", f"submissions/{ASSIGNMENT}", site.instructor)
     assert r.status_code == 200, r.text[:500]
     scores = {s["student"]: (s["score"], s["max_score"]) for s in r.json()}
+    submissions = r.json()
     feedback = {}
     for user in learners.values():
         assert hub.assignments(user, "fetch_feedback")["success"]
@@ -174,20 +175,23 @@ def term(hub):
         feedback[user] = page.json()["content"]
     hub.timings["term"] = time.perf_counter() - t0
     print(f"\nhub timings (s): {json.dumps({k: round(v, 1) for k, v in hub.timings.items()})}")
-    return {"learners": learners, "fetched": fetched, "scores": scores, "feedback": feedback}
+    return {"learners": learners, "fetched": fetched, "scores": scores, "feedback": feedback,
+            "submissions": submissions}
 
 
 @pytest.fixture(scope="module")
 def reference(tmp_path_factory, term):
     """The same two notebooks graded by grader/grade.py's workflow, outside the hub."""
-    from workflow import Course
+    from workflow import Course, student_id
 
     tmp = tmp_path_factory.mktemp("reference")
     inbox = tmp / "inbox"
     inbox.mkdir()
     for key, user in term["learners"].items():
         shutil.copyfile(HANDED_IN[key], inbox / f"{user}_{ASSIGNMENT}.ipynb")
-    return {r.student: r for r in Course(tmp / "work").grade(inbox, ASSIGNMENT, feedback=False)}
+    graded = {r.student: r for r in Course(tmp / "work").grade(inbox, ASSIGNMENT, feedback=False)}
+    # make grade's ids are slugs of the file names (an account's "-" becomes "_"): map them back to the accounts
+    return {user: graded[student_id(f"{user}_{ASSIGNMENT}.ipynb", ASSIGNMENT)] for user in term["learners"].values()}
 
 
 def test_learners_fetch_the_release(term):
@@ -200,6 +204,13 @@ def test_learners_fetch_the_release(term):
 def test_every_submission_is_collected_and_graded(term):
     assert set(term["scores"]) == set(term["learners"].values())
     assert all(score is not None for score, _ in term["scores"].values())
+
+
+def test_formgrader_lists_learners_by_id_with_submission_times(term):
+    listed = {s["student"]: s for s in term["submissions"]}
+    assert set(listed) == set(term["learners"].values())
+    for user, s in listed.items():
+        assert s["timestamp"] and s["display_timestamp"], f"Formgrader shows no submission time for {user}: {s}"
 
 
 def test_hub_grades_equal_make_grade(term, reference):
