@@ -44,13 +44,13 @@ CLASH = "clash"  # two different files claim one learner: neither is graded unti
 REFUSED = "refused"  # a learner's zip holds another learner's notebook: nothing in it is graded
 UNGRADED = (NOT_GRADED, CLASH, REFUSED)  # statuses with no score (not a 0)
 
-
-class UnknownAssignment(ValueError):
-    """An assignment id the course does not have (the message names the ones it has)."""
-
 # nbgrader 0.9.6 with SQLAlchemy 2.0 warns about its own session handling on every autograde: not the instructor's
 # concern, and it buries the one line per learner that make grade prints.
 warnings.filterwarnings("ignore", category=SAWarning)
+
+
+class UnknownAssignment(ValueError):
+    """An assignment id the course does not have (the message names the ones it has)."""
 
 
 @dataclass
