@@ -33,7 +33,7 @@ import struct
 import time
 import unicodedata
 import zipfile
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 MAX_ID_CHARS = 64
@@ -131,6 +131,7 @@ class Found:
     member: str | None  # the member's name in the zip
     size: int
     mtime: float  # when it was handed in (POSIX seconds): the file's mtime, or the zip member's date
+    problem: str = ""  # why its bytes cannot be read (a corrupt or encrypted zip member): graded as invalid
 
     def read(self) -> bytes:
         if self.member is None:
@@ -188,6 +189,17 @@ def _zip_mtime(info: zipfile.ZipInfo) -> float:
         return 0.0
 
 
+def _unreadable(found: Found) -> str:
+    """Why a zip member's bytes cannot be read (bad CRC, encrypted, unknown compression), or "" when they can."""
+    if found.size > MAX_COMPARED_BYTES:
+        return ""  # not read at all: refused by size when collected
+    try:
+        found.read()
+    except Exception as err:  # noqa: BLE001 - any failure to read one member is that member's, never the class's
+        return f"could not be read from the zip ({type(err).__name__}: {str(err)[:120]})"
+    return ""
+
+
 def _visible(parts: tuple[str, ...]) -> bool:
     """Hidden files (``.gitkeep``, ``.ipynb_checkpoints/``) and macOS's ``__MACOSX`` are not submissions."""
     return not any(p.startswith(".") or p == "__MACOSX" for p in parts)
@@ -228,7 +240,7 @@ def sort_inbox(inbox: Path, assignment: str, assignments: list[str]) -> Sorted:
             continue
         distinct: dict[str, list[Found]] = {}
         for f in found:
-            key = f.sha256() if f.size <= MAX_COMPARED_BYTES else f.label  # an oversized file is never a copy
+            key = f.label if f.problem or f.size > MAX_COMPARED_BYTES else f.sha256()  # never a copy of another
             distinct.setdefault(key, []).append(f)
         if len(distinct) == 1:
             found = sorted(found, key=lambda f: (len(f.label), f.label))  # "alice_ex01" before "alice_ex01 (1)"
@@ -275,8 +287,8 @@ def _sort_zip(out: Sorted, claims: dict[str, list[Found]], inbox: Path, rel: Pat
         own = _identify(inside, known)[1]
         if owner and own and own != owner and _identify(inside + outside, known)[0] == known[0]:
             foreign.append(f"{info.filename} (named for {own})")  # only this assignment's notebooks count
-        notebooks.append((inside + outside,
-                          Found(f"{label}:{info.filename}", path, info.filename, info.file_size, _zip_mtime(info))))
+        found = Found(f"{label}:{info.filename}", path, info.filename, info.file_size, _zip_mtime(info))
+        notebooks.append((inside + outside, replace(found, problem=_unreadable(found))))
     if foreign:
         out.refused.setdefault(owner, []).append(
             f"{label} is {owner}'s zip but holds another learner's notebook: {', '.join(foreign)}; nothing in it "

@@ -147,6 +147,10 @@ class Course:
         results = []
         with tempfile.TemporaryDirectory() as tmp:
             for student, submission in sorted(found.learners.items()):
+                if submission.problem:  # a corrupt or encrypted zip member: listed, scored like any invalid file
+                    results.append(Result(student, assignment, source=submission.label, status="invalid",
+                                          reasons=[submission.problem]))
+                    continue
                 path = submission.materialise(Path(tmp), MAX_SUBMISSION_BYTES)
                 earlier = None if regrade else self._earlier(student, assignment, path)
                 r = earlier or self._take(student, path, submission.label, assignment, release_nb)

@@ -342,3 +342,19 @@ def test_a_roster_is_read_by_id_as_file_names_give_it(tmp_path):
 def test_workflow_refuses_an_unknown_assignment(tmp_path):
     with pytest.raises(workflow.UnknownAssignment, match="no such assignment"):
         Course(tmp_path / "work").grade(tmp_path, "ex99")
+
+
+def test_an_unreadable_zip_member_is_that_learners_invalid_file(tmp_path):
+    inbox = tmp_path / "inbox"
+    _copy(HEADS, inbox / "honest_ex01.ipynb")
+    broken = _zip(inbox / "kim_ex01.zip", {"kim_ex01.ipynb": HEADS})
+    with zipfile.ZipFile(broken) as zf:
+        info = zf.getinfo("kim_ex01.ipynb")
+    data = bytearray(broken.read_bytes())
+    data[info.header_offset + 30 + len(info.filename) + 100] ^= 0xFF  # inside the stored bytes: the CRC fails
+    broken.write_bytes(bytes(data))
+    course = Course(tmp_path / "work")
+    results = {r.student: r for r in course.collect(inbox, "ex01", REPO / "exercises" / "ex01" / "ex01.ipynb")}
+    assert results["kim"].status == "invalid" and "could not be read from the zip (BadZipFile" in results["kim"].line()
+    assert results["honest"].status == "ok"  # collected, ready to grade
+    assert (Path(course.config.CourseDirectory.submitted_directory) / "honest" / "ex01" / "timestamp.txt").is_file()
