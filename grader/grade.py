@@ -33,7 +33,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from collect import RosterError, entries, read_roster, sort_inbox  # noqa: E402
-from workflow import UNGRADED, Course, UnknownAssignment  # noqa: E402
+from workflow import CLASH, REFUSED, UNGRADED, Course, UnknownAssignment  # noqa: E402
 
 from stage5.grading.sandbox import isolation  # noqa: E402
 
@@ -90,7 +90,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"skipped  {label}: {why}")
     if roster:
         handed_in = {r.student for r in results}
-        strangers = sorted(handed_in - set(roster))
+        strangers = sorted({r.student for r in results if r.status not in (CLASH, REFUSED)} - set(roster))
         if strangers:
             print(f"not in the roster (named by their id): {', '.join(strangers)}")
         absent = sorted(set(roster) - handed_in)

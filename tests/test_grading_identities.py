@@ -9,8 +9,11 @@ assignment's file. The rules themselves are checked on inboxes that are only sor
 
 from __future__ import annotations
 
+import contextlib
 import csv
+import io
 import os
+import re
 import shutil
 import string
 import subprocess
@@ -66,18 +69,45 @@ def _shared_inbox(inbox: Path) -> None:
 
 @pytest.fixture(scope="module")
 def graded(tmp_path_factory):
+    """ex01 through `make grade` (grade.main, its output and exit status kept), then ex03 through the workflow,
+    from one shared inbox into one gradebook."""
     root = tmp_path_factory.mktemp("identities")
     inbox = root / "inbox"
     _shared_inbox(inbox)
     roster = root / "roster.csv"
     roster.write_text("id,first_name,last_name\n张伟,伟,张\nfrank,Frank,Lloyd Wright\n", encoding="utf-8")
-    course = Course(root / "work")
-    results = {}
-    for assignment in ("ex01", "ex03"):
-        results[assignment] = {r.student: r for r in course.grade(inbox, assignment, jobs=JOBS,
-                                                                  roster=collect.read_roster(roster))}
-        results[assignment, "skipped"] = dict(course.skipped)
+    seen = {}
+    grade_ = workflow.Course.grade
+
+    def keep(course, *args, **kwargs):
+        seen["course"], seen["results"] = course, grade_(course, *args, **kwargs)
+        return seen["results"]
+
+    out, err = io.StringIO(), io.StringIO()
+    with pytest.MonkeyPatch.context() as mp, contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        mp.setattr(workflow.Course, "grade", keep)
+        status = grade.main(["--work", str(root / "work"), "--inbox", str(inbox), "--roster", str(roster),
+                             "--jobs", str(JOBS)])
+    course = seen["course"]
+    results = {"ex01": {r.student: r for r in seen["results"]}, ("ex01", "skipped"): dict(course.skipped),
+               "make grade": (status, out.getvalue(), err.getvalue())}
+    results["ex03"] = {r.student: r for r in course.grade(inbox, "ex03", jobs=JOBS,
+                                                          roster=collect.read_roster(roster))}
+    results["ex03", "skipped"] = dict(course.skipped)
     return course, results
+
+
+def test_make_grade_lists_what_it_did_not_grade_and_exits_1(graded):
+    status, out, err = graded[1]["make grade"]
+    assert status == 1, (out, err)
+    assert "skipped  learner_clearing.ipynb: named for clearing, not ex01" in out
+    assert "skipped  zed_ex03.ipynb: named for ex03, not ex01" in out
+    assert re.search(r"^alice\s+ex01\s+- / 20 \(\+2 to mark by hand\)\s+clash; 2 different files claim alice", out,
+                     re.M), out
+    assert re.search(r"^bob\s+ex01\s+8\.0 / 20", out, re.M), out
+    assert "not in the roster (named by their id): bob, ωmega" in out
+    assert "in the roster, nothing handed in" not in out
+    assert "4 learner(s) NOT graded (clash, refused): alice, carol, dan, eve" in err
 
 
 GRADED_EX01 = {"bob": 8, "张伟": 8, "ωmega": 20, "frank": 0}
