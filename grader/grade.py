@@ -116,5 +116,6 @@ def _refuse(message: str) -> int:
     print(message, file=sys.stderr)
     return 2
 
+
 if __name__ == "__main__":
     sys.exit(main())
