@@ -220,6 +220,9 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+if __name__ == "__main__":
+    sys.exit(main())
+
 
 def predicted_saturation(model, cfg, cal, spec: LoadSpec) -> float:
     """Requests per second the paged, continuous engine completes when every request of ``spec`` is waiting
@@ -227,8 +230,8 @@ def predicted_saturation(model, cfg, cal, spec: LoadSpec) -> float:
     rate is swept. Deterministic for a given calibration."""
     from stage5.engine.roofline_toy import ROOFLINE_TOY
 
-    burst = LoadSpec(**{**spec.__dict__, "rates": (1e9,)})
-    run = serve(model, cfg, burst, "paged_continuous", 1e9, VirtualClock(cal, ROOFLINE_TOY))
+    burst = LoadSpec(**{**spec.__dict__, "rates": (1e6,)})  # a million per second: every request waiting
+    run = serve(model, cfg, burst, "paged_continuous", 1e6, VirtualClock(cal, ROOFLINE_TOY))
     return run.latency()["request_rate"]
 
 
@@ -249,6 +252,3 @@ def chapter_sweep(n: int = 40, relative: tuple[float, ...] = (0.25, 0.5, 1.0, 2.
     report["predicted_saturation"] = saturation
     report["relative_rates"] = list(relative)
     return report, spec, cal
-
-if __name__ == "__main__":
-    sys.exit(main())
