@@ -170,3 +170,22 @@ def describe_chunking(arithmetic_bound: bool, itl_gain: float, tpot_gain: float,
         "throughput_words": (f"{100 * abs(throughput_cost):.0f}% "
                              + compare(1 - throughput_cost, "higher", "lower", "different, within noise")),
     }
+
+
+def describe_share(shares: Sequence[float], threshold: float = 0.7) -> dict[str, str]:
+    """Chapter 2's batch-1 verdict from weight-streaming shares measured round by round (each round the stream
+    and the step back to back): the median, the spread, and the words, which never claim more than the rounds
+    show."""
+    import statistics
+
+    ordered = sorted(shares)
+    median, lo, hi = statistics.median(ordered), ordered[0], ordered[-1]
+    if lo >= threshold:
+        bound = "memory-bound: streaming the weights was most of the step in every round"
+    elif median >= threshold:
+        bound = ("memory-bound in most rounds: streaming the weights was most of the median step, though not of "
+                 "every round's")
+    else:
+        bound = bound_at_batch_one(median, threshold)
+    return {"median_pct": f"{100 * median:.0f}%", "spread": f"{100 * lo:.0f}% to {100 * hi:.0f}%",
+            "rounds": str(len(ordered)), "bound": bound}

@@ -141,3 +141,31 @@ def test_knee_verdict_for_every_shape_of_result(rates, ttft, tput, sat, verdict)
     past = rates[-1] > sat * 1.05
     assert words["where"].endswith(", past it.") == past
     assert words["where"].endswith(", not past it.") == (not past)
+
+
+@pytest.mark.parametrize("shares", [(0.8, 0.85, 0.9), (0.6, 0.75, 0.8, 0.9, 0.72), (0.5, 0.6, 0.68), (0.2,)])
+def test_batch_one_share_words_match_the_rounds(shares):
+    """Chapter 2's verdict from shares measured round by round: "every round" only when every round says it."""
+    words = claims.describe_share(shares)
+    median = sorted(shares)[len(shares) // 2] if len(shares) % 2 else None
+    assert words["spread"] == f"{100 * min(shares):.0f}% to {100 * max(shares):.0f}%"
+    assert words["rounds"] == str(len(shares))
+    assert ("in every round" in words["bound"]) == (min(shares) >= 0.7)
+    if median is not None:
+        assert words["median_pct"] == f"{100 * median:.0f}%"
+        assert words["bound"].startswith("not clearly") == (median < 0.7)
+
+
+def test_share_is_measured_round_by_round_on_a_small_model():
+    """measure_memory_share times the stream and the step back to back: one positive share per round."""
+    import math
+
+    import torch
+
+    from stage5.engine.bench_roofline import measure_memory_share
+    from stage5.exercise_support import tiny_model
+
+    torch.set_num_threads(1)
+    model = tiny_model(dtype=torch.float32)
+    shares = measure_memory_share(model, model.cfg, rounds=3, new_tokens=2, passes=1)
+    assert len(shares) == 3 and all(math.isfinite(s) and s > 0 for s in shares), shares
