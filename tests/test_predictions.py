@@ -359,3 +359,20 @@ def test_the_between_rule_catches_a_figure_a_table_and_a_displayed_value():
     assert not problems(_md(PROMPT_MD), _code(figure + "\nglue('fig_steps', fig, display=False)\nplt.close(fig)"),
                         _md(REVEAL_MD.replace(":::\n", "```{glue:figure} fig_steps\n```\n:::\n")))
     assert not problems(_md(PROMPT_MD), _code("x = 1", outputs=[quiet]), _md(REVEAL_MD))
+
+
+# ------------------------------------------------------------------ one experiment, one chapter
+#
+# A measurement a chapter asks the reader to predict is answered once. A later chapter refers back to it
+# rather than timing the same experiment again (a reader who sees 5.5x in one chapter and 5.4x in the next
+# for the same run learns only that the number moves). The entry points that run a chapter's measurement:
+MEASUREMENTS = ("measure_for_chapter", "chapter_sweep", "measure_spec_collapse", "measure_memory_share")
+
+
+@pytest.mark.parametrize("entry", MEASUREMENTS)
+def test_each_measurement_is_run_by_one_chapter_at_most(entry):
+    callers = [name for name in CHAPTERS
+               if any(c["cell_type"] == "code" and any(isinstance(n, ast.Call) and ast.unparse(n.func).split(".")[-1]
+                                                       == entry for n in ast.walk(ast.parse(_source(c))))
+                      for c in _cells(name))]
+    assert len(callers) <= 1, f"{entry} is run by {callers}: measure once, and refer back from later chapters"
