@@ -111,3 +111,81 @@ def _spec_verdict(measured: Sequence[float], predicted: Sequence[float]) -> str:
         return ("speculation helped at small batch and hurt at large batch, as predicted" if collapses(predicted)
                 else "speculation helped at small batch and hurt at large batch, which the prediction did not foresee")
     return "this build did not show the full collapse: the measured speedups above say where it stopped short"
+
+
+def describe_knee(rates: Sequence[float], ttft_p99: Sequence[float], throughput: Sequence[float],
+                  saturation: float) -> dict[str, str]:
+    """The sentences chapter 4 glues around its load sweep: how p99 TTFT and throughput answered the last step
+    up in rate, and what that says about where the sweep ended relative to ``saturation`` (requests per
+    second). Every word comes from the numbers, so a fast desktop and a slow laptop each print what they saw."""
+    rate_rise = rates[-1] / rates[-2]
+    ttft_rise = ttft_p99[-1] / ttft_p99[-2]
+    tput_rise = throughput[-1] / throughput[-2]
+    steep = ttft_rise > rate_rise * (1 + NOISE)
+    flat = tput_rise < rate_rise * (1 - NOISE)
+    past = rates[-1] > saturation * (1 + NOISE)
+    where = (f"The last rate, {rates[-1]:.2g} per second, is {rates[-1] / saturation:.1f}× the predicted "
+             f"saturation of {saturation:.2g}")
+    if steep and flat:
+        verdict = ("latency climbed faster than the rate while throughput fell behind it: past saturation, "
+                   "requests arrive faster than they leave and every newcomer waits for the queue ahead of it")
+    elif flat:
+        verdict = ("throughput fell behind the rate, but p99 TTFT did not yet climb faster than the rate: "
+                   "the queue was still short when the last of these requests arrived")
+    elif steep:
+        verdict = ("p99 TTFT climbed faster than the rate while throughput still kept pace: the tail felt the "
+                   "queue before the mean did")
+    else:
+        verdict = ("latency and throughput both kept pace with the rate: this sweep did not reach the knee, "
+                   "and a higher rate would be needed to show it")
+    return {
+        "ttft_vs_rate": compare(ttft_rise / rate_rise, "much faster than", "slower than", "in step with"),
+        "tput_vs_rate": compare(tput_rise / rate_rise, "more than", "far less than", "in step with"),
+        "where": where + (", past it." if past else ", not past it."),
+        "verdict": verdict,
+    }
+
+
+def describe_chunking(arithmetic_bound: bool, itl_gain: float, tpot_gain: float, ttft_ratio: float,
+                      throughput_cost: float) -> dict[str, str]:
+    """Chapter 4's chunked-prefill sentences: what the ridge predicts for a step of the token budget
+    (``arithmetic_bound``: its compute term exceeds its memory term on this machine's calibration), and the
+    measured gains in words (gains above one are cuts; ``ttft_ratio`` is chunked over plain median TTFT;
+    ``throughput_cost`` is the fraction of throughput lost, negative for a gain)."""
+    if arithmetic_bound:
+        expect = ("a step of that many tokens is bound by arithmetic here, so it pays for every prompt token in "
+                  "full whichever step carries it: chunking should spread the stall over several steps rather "
+                  "than remove it, shrinking the worst gap between tokens more than the mean gap (TPOT)")
+    else:
+        expect = ("a step of that many tokens is still bound by the weight read here, so a chunk rides mostly "
+                  "inside it: chunking should shrink the stall without paying it back elsewhere, cutting the "
+                  "worst gap and the mean gap (TPOT) alike")
+    return {
+        "expect": expect,
+        "itl_words": compare(itl_gain, "cut", "raised", "barely moved"),
+        "tpot_words": compare(tpot_gain, "cut", "raised", "barely moved"),
+        "tpot_vs_itl": compare(itl_gain / tpot_gain if tpot_gain else float("inf"), "far less than", "more than",
+                               "about as much as"),
+        "ttft_words": times(1 / ttft_ratio if ttft_ratio else 1.0, "shorter", "longer", "about as long"),
+        "throughput_words": (f"{100 * abs(throughput_cost):.0f}% "
+                             + compare(1 - throughput_cost, "higher", "lower", "different, within noise")),
+    }
+
+
+def describe_share(shares: Sequence[float], threshold: float = 0.7) -> dict[str, str]:
+    """Chapter 2's batch-1 verdict from weight-streaming shares measured round by round (each round the stream
+    and the step back to back): the median, the spread, and the words, which never claim more than the rounds
+    show."""
+    import statistics
+
+    ordered = sorted(shares)
+    median, lo, hi = statistics.median(ordered), ordered[0], ordered[-1]
+    if lo >= threshold:
+        bound = "memory-bound: streaming the weights was most of the step in every round"
+    elif median >= threshold:
+        bound = ("memory-bound in most rounds: streaming the weights was most of the median step, though not of "
+                 "every round's")
+    else:
+        bound = bound_at_batch_one(median, threshold)
+    return {"median_pct": f"{100 * median:.0f}%", "spread": f"{100 * lo:.0f}% to {100 * hi:.0f}%",
+            "rounds": str(len(ordered)), "bound": bound}

@@ -47,6 +47,9 @@ class Prompt:
     offset: int
     text: str
     reveal: str
+    end: int = 0  # where the prompt's admonition ends in its cell
+    reveal_cell: int = 0
+    reveal_offset: int = 0  # where the Reveal dropdown starts in its cell
 
 
 def _cells(name: str) -> list[dict]:
@@ -63,10 +66,11 @@ def _prompts(cells: list[dict]) -> list[Prompt]:
     found = []
     for i, text in md:
         for m in PROMPT.finditer(text):
-            rest = [text[m.end():]] + [t for j, t in md if j > i]
-            reveal = next((r.group(1) for chunk in rest for r in [REVEAL.search(chunk)] if r), None)
-            assert reveal is not None, f"cell {i}: a prediction prompt without a Reveal dropdown after it"
-            found.append(Prompt(i, m.start(), m.group(1), reveal))
+            rest = [(i, m.end(), text[m.end():])] + [(j, 0, t) for j, t in md if j > i]
+            hit = next(((j, base, r) for j, base, chunk in rest for r in [REVEAL.search(chunk)] if r), None)
+            assert hit is not None, f"cell {i}: a prediction prompt without a Reveal dropdown after it"
+            j, base, r = hit
+            found.append(Prompt(i, m.start(), m.group(1), r.group(1), m.end(), j, base + r.start()))
     return found
 
 
@@ -201,3 +205,174 @@ def test_the_rule_catches_a_title_that_prints_the_answer():
     assert _leaks_in_code('glue("static_steps", static.steps)', answers, carriers, set())
     assert _leaks_in_code("slot_timeline(static.trace, 8, steps=static.steps)", answers, carriers,
                           {"slot_timeline"})
+
+
+# ------------------------------------------------------------------ between a prompt and its reveal
+#
+# The reader meets a prompt, then its collapsed Reveal. Whatever renders in between is read before the
+# reader has committed: a figure, a table, a printed or displayed glued value. So nothing may render there.
+# A figure or table that answers the prompt goes inside the Reveal (glued, ``{glue:figure}``) or after it; one
+# that does not answer it (a given) belongs before the prompt. The check reads what each code cell renders:
+# from its stored outputs when it has any (an executed notebook, e.g. the book build's
+# ``_build/jupyter_execute``), otherwise from its source.
+
+GLUE_HIDDEN = "application/papermill.record/"  # myst-nb's mime prefix for a value glued with display=False
+# Calls whose value IPython does not print when they end a cell (they return None).
+SILENT_LAST = {"tight_layout", "close", "glue", "print", "display", "subplots_adjust", "savefig", "grid",
+               "use_course_threads", "set_num_threads", "seed", "manual_seed"}
+
+
+def _visible_outputs(cell: dict) -> list[str]:
+    """What an executed code cell's stored outputs put on the page, one short description each."""
+    shown = []
+    for out in cell.get("outputs", []):
+        kind = out.get("output_type")
+        if kind == "stream":
+            shown.append(f"printed text {out.get('text', '')[:40]!r}")
+        elif kind == "error":
+            shown.append(f"an error ({out.get('ename')})")
+        elif kind in ("display_data", "execute_result"):
+            mimes = [m for m in out.get("data", {}) if not m.startswith(GLUE_HIDDEN)]
+            if mimes:
+                shown.append("a figure" if any(m.startswith("image/") for m in mimes) else f"a display ({mimes[0]})")
+    return shown
+
+
+def _renders_from_source(source: str) -> list[str]:
+    """What a code cell will put on the page when it runs, read from its source (outputs cleared in git)."""
+    tree = ast.parse(source)
+    tree.body = [s for s in tree.body if not isinstance(s, (ast.FunctionDef, ast.Try))
+                 or not any(isinstance(n, ast.FunctionDef) and n.name == "glue" for n in ast.walk(s))]
+    calls = [n for n in ast.walk(tree) if isinstance(n, ast.Call)]
+    names = [ast.unparse(c.func) for c in calls]
+    shown = []
+    # matplotlib's inline backend shows every figure still open when the cell ends.
+    if any(n.startswith("plt.") and n != "plt.close" for n in names) and "plt.close" not in names:
+        shown.append("a figure (open when the cell ends)")
+    for call, name in zip(calls, names, strict=True):
+        short = name.split(".")[-1]
+        if short in ("print", "display"):
+            shown.append(f"{name}(...)")
+        elif short == "glue" and not any(k.arg == "display" and isinstance(k.value, ast.Constant)
+                                         and k.value.value is False for k in call.keywords):
+            shown.append(f"{ast.unparse(call)[:60]} (displays its value)")
+    last = tree.body[-1] if tree.body else None
+    if isinstance(last, ast.Expr) and not source.rstrip().endswith(";"):
+        value = last.value
+        silent = isinstance(value, ast.Call) and ast.unparse(value.func).split(".")[-1] in SILENT_LAST
+        if not silent and not isinstance(value, ast.Constant):
+            shown.append(f"the value of its last line ({ast.unparse(value)[:50]})")
+    return shown
+
+
+def _renders(cell: dict) -> list[str]:
+    if cell["cell_type"] != "code" or HIDDEN & set(cell.get("metadata", {}).get("tags", [])):
+        return []
+    if cell.get("outputs"):
+        return _visible_outputs(cell)
+    return _renders_from_source(_source(cell))
+
+
+def _between_problems(cells: list[dict], prompt: Prompt, answers: set[str]) -> list[str]:
+    """Everything that renders after the prompt and before its Reveal."""
+    problems = []
+    for i in range(prompt.cell, prompt.reveal_cell + 1):
+        cell = cells[i]
+        text = _source(cell)
+        if cell["cell_type"] == "markdown":
+            start = prompt.end if i == prompt.cell else 0
+            stop = prompt.reveal_offset if i == prompt.reveal_cell else len(text)
+            between = text[start:stop]
+            shown = set(GLUE_REF.findall(between)) & answers
+            problems += [f"prose in cell {i} shows the answer {a!r}" for a in sorted(shown)]
+            if re.search(r"\{glue:(figure|any|md|math)\}|\{glue\}", between):
+                problems.append(f"cell {i} pastes a glued figure or table before the reveal")
+        elif prompt.cell < i < prompt.reveal_cell:
+            problems += [f"code cell {i} renders {what}" for what in _renders(cell)]
+    return problems
+
+
+def _chapter_between_problems(cells: list[dict], name: str) -> list[str]:
+    problems = []
+    for prompt in _prompts(cells):
+        head = f"{name}, prompt in cell {prompt.cell} ({prompt.text.splitlines()[-1][:60]!r})"
+        problems += [f"{head}: {p}" for p in _between_problems(cells, prompt, _answers(prompt))]
+    return problems
+
+
+@pytest.mark.parametrize("name", CHAPTERS)
+def test_nothing_renders_between_a_prompt_and_its_reveal(name):
+    problems = _chapter_between_problems(_cells(name), name)
+    assert not problems, "\n".join(problems)
+
+
+EXECUTED = ROOT / "_build" / "jupyter_execute" / "book"
+
+
+@pytest.mark.parametrize("name", CHAPTERS)
+def test_executed_chapter_renders_nothing_between_a_prompt_and_its_reveal(name):
+    """The same rule on what actually rendered, when the book build's executed notebooks are at hand."""
+    path = EXECUTED / f"{name}.ipynb"
+    if not path.exists():
+        pytest.skip(f"no executed copy at {path.relative_to(ROOT)} (run `make book` first)")
+    cells = json.loads(path.read_text())["cells"]
+    problems = _chapter_between_problems(cells, name)
+    assert not problems, "\n".join(problems)
+
+
+def _md(text: str) -> dict:
+    return {"cell_type": "markdown", "source": [text], "metadata": {}}
+
+
+def _code(text: str, tags=(), outputs=None) -> dict:
+    cell = {"cell_type": "code", "source": [text], "metadata": {"tags": list(tags)}}
+    if outputs is not None:
+        cell["outputs"] = outputs
+    return cell
+
+
+PROMPT_MD = ":::{admonition} Commit to a prediction\n:class: tip\nHow many steps?\n:::\n"
+REVEAL_MD = ":::{dropdown} Reveal: steps\n**{glue:text}`steps:.0f`** steps.\n:::\n"
+
+
+def test_the_between_rule_catches_a_figure_a_table_and_a_displayed_value():
+    """The checker itself, on small notebooks: each way of showing something before the reveal is found, and
+    the same things after the reveal, hidden, glued quietly or closed, are not."""
+    def problems(*cells):
+        return _chapter_between_problems(list(cells), "t")
+
+    figure = "fig, ax = plt.subplots()\nax.plot(x, y)\nfig.tight_layout()"
+    assert problems(_md(PROMPT_MD), _code(figure), _md(REVEAL_MD))
+    assert problems(_md(PROMPT_MD), _code('Markdown("| a |\\n|---|\\n| 1 |")'), _md(REVEAL_MD))
+    assert problems(_md(PROMPT_MD), _code("glue('x', 3.0)"), _md(REVEAL_MD))
+    assert problems(_md(PROMPT_MD), _code("print(run.steps)"), _md(REVEAL_MD))
+    assert problems(_md(PROMPT_MD + "It took {glue:text}`steps:.0f` steps.\n"), _md(REVEAL_MD))
+    assert problems(_md(PROMPT_MD), _md("```{glue:figure} fig_steps\n```\n" + REVEAL_MD))
+    # An executed cell is judged by what it printed or drew, not by its source.
+    png = {"output_type": "display_data", "data": {"image/png": "..."}, "metadata": {}}
+    assert problems(_md(PROMPT_MD), _code("x = 1", outputs=[png]), _md(REVEAL_MD))
+    quiet = {"output_type": "display_data", "data": {GLUE_HIDDEN + "image/png": "..."}, "metadata": {}}
+    # Not leaks: after the reveal; hidden cells; quiet glue; a closed figure glued into the reveal.
+    assert not problems(_md(PROMPT_MD + "\n" + REVEAL_MD), _code(figure))
+    assert not problems(_md(PROMPT_MD), _code(figure, tags=["remove-output"]), _md(REVEAL_MD))
+    assert not problems(_md(PROMPT_MD), _code("glue('x', 3.0, display=False)\nfig.tight_layout()"), _md(REVEAL_MD))
+    assert not problems(_md(PROMPT_MD), _code(figure + "\nglue('fig_steps', fig, display=False)\nplt.close(fig)"),
+                        _md(REVEAL_MD.replace(":::\n", "```{glue:figure} fig_steps\n```\n:::\n")))
+    assert not problems(_md(PROMPT_MD), _code("x = 1", outputs=[quiet]), _md(REVEAL_MD))
+
+
+# ------------------------------------------------------------------ one experiment, one chapter
+#
+# A measurement a chapter asks the reader to predict is answered once. A later chapter refers back to it
+# rather than timing the same experiment again (a reader who sees 5.5x in one chapter and 5.4x in the next
+# for the same run learns only that the number moves). The entry points that run a chapter's measurement:
+MEASUREMENTS = ("measure_for_chapter", "chapter_sweep", "measure_spec_collapse", "measure_memory_share")
+
+
+@pytest.mark.parametrize("entry", MEASUREMENTS)
+def test_each_measurement_is_run_by_one_chapter_at_most(entry):
+    callers = [name for name in CHAPTERS
+               if any(c["cell_type"] == "code" and any(isinstance(n, ast.Call) and ast.unparse(n.func).split(".")[-1]
+                                                       == entry for n in ast.walk(ast.parse(_source(c))))
+                      for c in _cells(name))]
+    assert len(callers) <= 1, f"{entry} is run by {callers}: measure once, and refer back from later chapters"

@@ -224,14 +224,31 @@ if __name__ == "__main__":
     sys.exit(main())
 
 
-def chapter_sweep(n: int = 40, rates: tuple[float, ...] = (1.0, 2.0, 4.0, 8.0)) -> tuple[dict, LoadSpec, object]:
+def predicted_saturation(model, cfg, cal, spec: LoadSpec) -> float:
+    """Requests per second the paged, continuous engine completes when every request of ``spec`` is waiting
+    at once, on the virtual clock of ``cal``: the most it can serve on this machine, predicted before any
+    rate is swept. Deterministic for a given calibration."""
+    from stage5.engine.roofline_toy import ROOFLINE_TOY
+
+    burst = LoadSpec(**{**spec.__dict__, "rates": (1e6,)})  # a million per second: every request waiting
+    run = serve(model, cfg, burst, "paged_continuous", 1e6, VirtualClock(cal, ROOFLINE_TOY))
+    return run.latency()["request_rate"]
+
+
+def chapter_sweep(n: int = 40, relative: tuple[float, ...] = (0.25, 0.5, 1.0, 2.0)) -> tuple[dict, LoadSpec, object]:
     """The sweep chapter 4 runs during the build: ``n`` requests (seconds of CPU with the tiny model), virtual
-    clock only. Returns (report, spec, calibration)."""
+    clock only, at rates set relative to this machine's predicted saturation (:func:`predicted_saturation`),
+    so "twice saturation" is twice saturation on a fast desktop and on a slow laptop. Returns (report, spec,
+    calibration); ``report["predicted_saturation"]`` is the rate the multiples are of."""
     from stage5.calibrate import calibrate, use_course_threads
     from stage5.engine.roofline_toy import ROOFLINE_TOY
 
     use_course_threads()
     model, cfg = load_model("tiny")
-    spec = LoadSpec(n=n, rates=rates)
     cal = calibrate(ROOFLINE_TOY)
-    return sweep(model, cfg, cal, spec, wall=False), spec, cal
+    saturation = predicted_saturation(model, cfg, cal, LoadSpec(n=n))
+    spec = LoadSpec(n=n, rates=tuple(x * saturation for x in relative))
+    report = sweep(model, cfg, cal, spec, wall=False)
+    report["predicted_saturation"] = saturation
+    report["relative_rates"] = list(relative)
+    return report, spec, cal

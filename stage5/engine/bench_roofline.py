@@ -83,10 +83,13 @@ class RooflineMeasurement:
     report: dict
     ideal_ms: list[float]
     context: dict[int, float]
+    shares: tuple[float, ...] = ()  # batch-1 weight-streaming shares, one per round (measure_memory_share)
 
 
 def measure_for_chapter(batches=(1, 2, 4, 8, 16, 32), rounds: int = 3, new_tokens: int = 5) -> RooflineMeasurement:
     """The chapters' version of the benchmark: fewer batches, rounds and tokens, so it takes seconds."""
+    import dataclasses
+
     from stage5.calibrate import calibrate
     from stage5.engine.roofline_toy import load_roofline_toy
 
@@ -94,7 +97,8 @@ def measure_for_chapter(batches=(1, 2, 4, 8, 16, 32), rounds: int = 3, new_token
     cal = calibrate(cfg)
     measure_decode_steps(model, cfg, batches=(1,), rounds=1, new_tokens=3)  # warm up before timing
     measured, context = measure_decode_steps(model, cfg, batches, rounds, new_tokens=new_tokens)
-    return measurement_from(cal, cfg, measured, context)
+    shares = tuple(measure_memory_share(model, cfg, new_tokens=new_tokens))
+    return dataclasses.replace(measurement_from(cal, cfg, measured, context), shares=shares)
 
 
 def measurement_from(cal: Calibration, cfg: ModelConfig, measured_s: dict[int, float],
@@ -104,6 +108,41 @@ def measurement_from(cal: Calibration, cfg: ModelConfig, measured_s: dict[int, f
 
     ideal = [1e3 * float(predict_step(cal, cfg, b, context[b], ideal=True).time_s) for b in sorted(measured_s)]
     return RooflineMeasurement(cal, cfg, roofline_report(cal, cfg, measured_s, context), ideal, context)
+
+
+def measure_memory_share(model, cfg: ModelConfig, rounds: int = 7, new_tokens: int = 5,
+                         passes: int = 3) -> list[float]:
+    """Batch-1 decode's weight-streaming share of the step, one per round, each round measured under one set
+    of conditions: the model's matrices streamed once by matrix-vector products (its weight read; the median of
+    ``passes`` passes), then a batch-1 decode run (its median step), back to back. A busy machine slows both
+    halves of a round alike, where a calibration cached at another time would not; the spread over rounds says
+    how much the conditions moved."""
+    import time
+
+    import torch
+    import torch.nn.functional as F
+
+    from stage5.calibrate import model_matrices
+
+    weights = [torch.full(shape, 1e-3) for shape in model_matrices(cfg)]
+    inputs = {k: torch.ones(1, k) for k in {w.shape[1] for w in weights}}
+
+    def stream_s() -> float:
+        times = []
+        for _ in range(passes):
+            t0 = time.perf_counter()
+            for w in weights:
+                F.linear(inputs[w.shape[1]], w)
+            times.append(time.perf_counter() - t0)
+        return statistics.median(times)
+
+    stream_s()  # warm up
+    shares = []
+    for _ in range(rounds):
+        stream = stream_s()
+        step, _ = measure_decode_steps(model, cfg, batches=(1,), rounds=1, new_tokens=new_tokens)
+        shares.append(stream / step[1])
+    return shares
 
 
 def run(rounds: int = 5, batches=BATCHES, force_calibration: bool = False) -> dict:
