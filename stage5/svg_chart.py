@@ -180,6 +180,9 @@ class Panel:
 
 
 def svg(panels: list[Panel], width: int, height: int) -> str:
+    """The panels as one SVG document drawn on a ``width`` x ``height`` canvas that scales to its container: as
+    wide as the column (a book page, a notebook output, a phone) but never wider than drawn, height following."""
     body = "".join(p.render() for p in panels)
-    return (f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
-            f'viewBox="0 0 {width} {height}" font-family="sans-serif" style="background:#fff">{body}</svg>')
+    return (f'<svg xmlns="http://www.w3.org/2000/svg" width="100%" viewBox="0 0 {width} {height}" '
+            f'preserveAspectRatio="xMidYMid meet" font-family="sans-serif" '
+            f'style="background:#fff;display:block;max-width:{width}px;height:auto">{body}</svg>')

@@ -70,3 +70,54 @@ def test_scale_refuses_empty_or_nonpositive_log_ranges():
     with pytest.raises(ValueError):
         Scale(0.0, 10.0, log=True)
     assert Scale(1, 1000, log=True).ticks() == [1, 10, 100, 1000]
+
+
+# ------------------------------------------------------------------------------------------ the page
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                  "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+# Where every drawn element ends up, relative to the column: the svg's box and the widest reach of its content.
+_MEASURE = """() => {
+  const svg = document.querySelector('svg');
+  const box = svg.getBoundingClientRect();
+  let left = Infinity, right = -Infinity, bottom = -Infinity;
+  for (const el of svg.querySelectorAll('text, line, polyline, path, rect, circle')) {
+    const r = el.getBoundingClientRect();
+    if (r.width === 0 && r.height === 0) continue;
+    left = Math.min(left, r.left); right = Math.max(right, r.right); bottom = Math.max(bottom, r.bottom);
+  }
+  const column = document.getElementById('column').getBoundingClientRect();
+  return {svgLeft: box.left, svgRight: box.right, svgWidth: box.width, svgHeight: box.height,
+          left, right, bottom, svgBottom: box.bottom, columnRight: column.right, columnWidth: column.width};
+}"""
+
+
+@pytest.mark.parametrize("column", [757, 360])
+def test_the_four_plots_fit_the_book_column_and_a_phone(tmp_path, column):
+    """The book's content column is 757 px wide; a phone gives about 360. The plots must scale into either, with
+    every label inside the column and the drawing's proportions kept (nothing cut off on the right)."""
+    import os
+
+    sync_api = pytest.importorskip("playwright.sync_api", reason="the playwright Python package is not installed")
+    if not os.path.exists(CHROMIUM):
+        pytest.skip(f"{CHROMIUM} is missing; install the system chromium to run the browser check")
+    x = SimInputs(concurrency=8, k=4, prefix_hit=0.5)
+    doc = figure_svg(plot_data(x, simulate(x)))
+    view = ET.fromstring(doc).get("viewBox").split()
+    aspect = float(view[3]) / float(view[2])
+    page_html = (f'<!doctype html><html><body style="margin:0"><div id="column" style="width:{column}px">{doc}'
+                 f'</div></body></html>')
+    with sync_api.sync_playwright() as p:
+        ctx = p.chromium.launch_persistent_context(str(tmp_path / "profile"), executable_path=CHROMIUM,
+                                                   args=CHROMIUM_FLAGS, headless=True,
+                                                   viewport={"width": column + 200, "height": 900})
+        page = ctx.new_page()
+        page.set_content(page_html)
+        m = page.evaluate(_MEASURE)
+        ctx.close()
+    assert m["svgWidth"] <= column + 0.5, f"the plots are {m['svgWidth']:.0f} px wide in a {column} px column"
+    assert m["svgWidth"] >= 0.95 * min(column, float(view[2])), "the plots do not use the column"
+    assert m["svgHeight"] == pytest.approx(aspect * m["svgWidth"], rel=0.02), "the drawing was stretched or cut"
+    assert m["left"] >= m["svgLeft"] - 0.5 and m["right"] <= m["columnRight"] + 0.5, (
+        f"something is drawn outside the column: {m}")
+    assert m["bottom"] <= m["svgBottom"] + 0.5, f"something is drawn below the plots: {m}"
