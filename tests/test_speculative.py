@@ -308,3 +308,27 @@ def test_the_break_even_batch_refuses_bad_input_with_one_line(kwargs):
     with pytest.raises(ValueError) as err:
         cost.speculation_breakeven_batch(dep, **args)
     assert "\n" not in str(err.value)
+
+
+def test_the_clearing_tests_q6_answer_agrees_with_the_cost_model():
+    """Q6 is marked by hand against its mark scheme: the numbers the scheme calls correct must be the course's."""
+    import json
+    import re
+    from pathlib import Path
+
+    from stage5 import cost
+
+    nb = json.loads((Path(__file__).resolve().parents[1] / "solutions" / "clearing" / "clearing.ipynb").read_text())
+    scheme = next("".join(c["source"]) for c in nb["cells"]
+                  if c.get("metadata", {}).get("nbgrader", {}).get("grade_id") == "q6_written")
+    dep = cost.Deployment.of("llama3-70b", "H100-SXM", 4)
+    full = {s: int(cost.max_concurrency(dep, s)) for s in (1280, 4096, 16384)}
+    speed = {s: float(cost.speculative_speedup(dep, b, s, 0.7, 4)) for s, b in full.items()}
+    said = f"{speed[1280]:.2f}x at the {full[1280]} that fit"
+    assert said in scheme, said
+    assert f"full batch ({full[16384]})" in scheme and f"~{speed[16384]:.1f}x" in scheme
+    assert f"~{speed[4096]:.1f}x at a full 4K batch of {full[4096]}" in scheme
+    assert speed[1280] < 1 < speed[4096] < speed[16384]
+    about = int(re.search(r"below 1x from about batch (\d+) at 1,280 tokens", scheme).group(1))
+    assert abs(about - cost.speculation_breakeven_batch(dep, 1280, 0.7, 4)) <= 0.05 * about
+    assert f"{float(cost.expected_tokens_per_verification(0.7, 4)):.1f} tokens" in scheme
