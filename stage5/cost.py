@@ -540,6 +540,26 @@ def speculative_speedup(dep: Deployment, batch: ArrayLike, context: ArrayLike, a
     return expected_tokens_per_verification(alpha, k) * plain / round_s
 
 
+def speculation_breakeven_batch(dep: Deployment, context: float, alpha: float, k: int, draft_cost: float = 0.05,
+                                max_batch: int | None = None) -> int | None:
+    """The smallest batch at which speculation (``alpha``, ``k``) is slower than plain decode for sequences of
+    ``context`` tokens, searched up to ``max_batch`` (default: the most such sequences that fit,
+    :func:`max_concurrency`); None when it still pays at every batch up to there.
+
+    The break-even moves out as the context grows: each sequence's KV reads add bytes to the step but no weight
+    FLOPs, so the verification pass's intensity levels off near (k + 1) x 2N / (S x KV bytes per token). Once
+    that ceiling is under the ridge, the pass stays memory-bound at any batch and speculation pays even full.
+    """
+    s = inputs.real(context, "context (tokens per sequence)", low=0.0, low_open=True)
+    kk = inputs.non_negative_int(k, "k (drafted tokens per round)")
+    limit = int(max_concurrency(dep, s)) if max_batch is None else inputs.positive_int(max_batch, "max_batch")
+    if limit < 1:
+        return None
+    b = np.arange(1, limit + 1)
+    slower = speculative_speedup(dep, b, s, alpha, kk, draft_cost) < 1
+    return int(b[np.argmax(slower)]) if slower.any() else None
+
+
 # ------------------------------------------------------------------------------------ helpers
 def _positive(x: ArrayLike, name: str) -> np.ndarray:
     a = np.asarray(x, dtype=float)

@@ -269,11 +269,12 @@ for _case, (_p, _o) in PREFIX_CASES.items():
         lambda c=_case: 1e3 * _prefix_request_s(c, 1.0)[0])
 
 
-def _spec_breakeven(dep: cost.Deployment) -> float:
-    import numpy as np
-    b = np.arange(1, 4097)
-    s = cost.speculative_speedup(dep, b, SPEC_CONTEXT, SPEC_ALPHA, SPEC_K)
-    return float(b[np.argmax(s < 1)]) if np.any(s < 1) else float("nan")
+def _spec_breakeven(dep: cost.Deployment, context: int = SPEC_CONTEXT) -> float:
+    # searched past what fits, to 4,096 sequences: where the trend would cross, not only whether a full batch does
+    b = cost.speculation_breakeven_batch(dep, context, SPEC_ALPHA, SPEC_K, max_batch=4096)
+    if b is None:
+        raise ValueError(f"speculation still pays at 4,096 sequences of {context:,} tokens: no break-even to print")
+    return float(b)
 
 
 _fig("spec_breakeven_batch_4xH100_s1280", "sequences",
@@ -283,6 +284,19 @@ _fig("spec_speedup_4xH100_b1_s1280", "x", "speculative speedup (alpha 0.7, k 4) 
     lambda: float(cost.speculative_speedup(_four(), 1, SPEC_CONTEXT, SPEC_ALPHA, SPEC_K)))
 _fig("spec_speedup_4xH100_b64_s1280", "x", "speculative speedup (alpha 0.7, k 4) at batch 64, 1,280-token contexts, 4xH100")(
     lambda: float(cost.speculative_speedup(_four(), 64, SPEC_CONTEXT, SPEC_ALPHA, SPEC_K)))
+
+# Speculation on a full server at longer contexts (chapter 7): the break-even batch moves out as the batch that fits
+# moves in, so a full batch of long sequences still gains (MagicDec, arXiv 2408.11049, measures the same trend).
+SPEC_CONTEXTS = (SPEC_CONTEXT, 4096, 16384)
+for _s in SPEC_CONTEXTS:
+    _fig(f"spec_full_batch_s{_s}", "sequences", f"most {_s:,}-token sequences that fit on 4xH100 (BF16): the full batch")(
+        lambda s=_s: float(cost.max_concurrency(_four(), s)))
+    _fig(f"spec_speedup_full_s{_s}", "x",
+         f"speculative speedup (alpha 0.7, k 4) at the full batch of {_s:,}-token sequences, 4xH100")(
+        lambda s=_s: float(cost.speculative_speedup(_four(), cost.max_concurrency(_four(), s), s, SPEC_ALPHA, SPEC_K)))
+_fig("spec_breakeven_batch_4xH100_s4096", "sequences",
+     "first batch at which speculation (alpha 0.7, k 4) is slower than plain decode, 4xH100, 4,096-token contexts")(
+    lambda: _spec_breakeven(_four(), 4096))
 
 
 # ======================================================================================= book chapters 8-10

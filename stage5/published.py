@@ -21,6 +21,20 @@ PAGED_ATTENTION_THROUGHPUT_GAIN = (2.0, 4.0)
 # implementation, with identical outputs.
 SPECULATIVE_SPEEDUP_T5XXL = (2.0, 3.0)
 
+# Chen et al., "Accelerating Large Language Model Decoding with Speculative Sampling" (arXiv:2302.01318, cite key
+# chen2023speculative), abstract: speculative sampling on Chinchilla 70B in a distributed setup.
+SPECULATIVE_SAMPLING_SPEEDUP_CHINCHILLA = (2.0, 2.5)
+# Sadhukhan et al., "MagicDec" (arXiv:2408.11049, cite key sadhukhan2024magicdec), abstract: speculative decoding
+# still speeds up long-context serving at these batch sizes (8 x A100), up to 1.84x for Llama 3.1 8B.
+MAGICDEC_BATCH = (32, 256)
+MAGICDEC_SPEEDUP_LLAMA31_8B = 1.84
+# Self-speculative decoding, the target drafting for itself. Zhang et al., "Draft & Verify" (ACL 2024, cite key
+# zhang2024draftverify), abstract: skipping intermediate layers to draft, no training, up to 1.73x on LLaMA-2.
+# Elhoushi et al., "LayerSkip" (ACL 2024, cite key elhoushi2024layerskip), abstract: early exit after training with
+# layer dropout and an early-exit loss, up to 2.16x (CNN/DM summarization).
+DRAFT_VERIFY_SPEEDUP = 1.73
+LAYERSKIP_SPEEDUP = 2.16
+
 # Kurtic et al., "Give Me BF16 or Give Me Death?" (2024, cite key kurtic2024bf16), abstract and the
 # W8A8-INT results: accuracy loss of carefully tuned INT8 weights and activations, in percent.
 INT8_ACCURACY_LOSS_PCT = (1.0, 3.0)
@@ -43,6 +57,9 @@ RANGES = {
                                        "vLLM throughput over FasterTransformer and Orca (Kwon et al. 2023)"),
     "speculative_speedup_t5xxl": (SPECULATIVE_SPEEDUP_T5XXL, "x",
                                   "speculative decoding speedup on T5-XXL (Leviathan et al. 2023)"),
+    "speculative_sampling_speedup_chinchilla": (SPECULATIVE_SAMPLING_SPEEDUP_CHINCHILLA, "x",
+                                                "speculative sampling speedup on Chinchilla 70B (Chen et al. 2023)"),
+    "magicdec_batch": (MAGICDEC_BATCH, "sequences", "batch sizes at which MagicDec reports long-context speedups"),
     "int8_accuracy_loss_pct": (INT8_ACCURACY_LOSS_PCT, "%",
                                "accuracy loss of well-tuned W8A8-INT (Kurtic et al. 2024)"),
     "source_batching_gain": (SOURCE_BATCHING_GAIN, "x", "the source text's batching lever, naive to tuned"),
@@ -50,6 +67,10 @@ RANGES = {
 }
 SINGLE = {
     "nanochat_node_gpus": (NANOCHAT_NODE_GPUS, "GPUs", "GPUs in the node whose price nanochat states"),
+    "magicdec_speedup_llama31_8b": (MAGICDEC_SPEEDUP_LLAMA31_8B, "x",
+                                    "MagicDec's best speedup for Llama 3.1 8B at batch 32-256 (Sadhukhan et al.)"),
+    "draft_verify_speedup": (DRAFT_VERIFY_SPEEDUP, "x", "self-speculative decoding by layer skipping (Zhang et al.)"),
+    "layerskip_speedup": (LAYERSKIP_SPEEDUP, "x", "self-speculative decoding by early exit, best task (Elhoushi et al.)"),
 }
 
 

@@ -21,7 +21,7 @@ import numpy as np
 
 from stage5 import cost, levers
 from stage5.quantization import deployment
-from stage5.svg_chart import Panel, Scale, svg
+from stage5.svg_chart import Panel, Scale, svg_panels
 
 
 @dataclass(frozen=True)
@@ -99,7 +99,7 @@ def lever_bars(dep: cost.Deployment, x, outputs) -> dict[str, tuple[float, float
 
 
 def figure_svg(d: PlotData) -> str:
-    """The four panels as one SVG document (about 900 x 560 pixels)."""
+    """The four panels as HTML: one SVG each, two to a row in a wide column, one to a row on a phone."""
     pw, ph = 330, 170
     lefts, tops = (70, 530), (40, 320)
     # 1. roofline
@@ -147,7 +147,7 @@ def figure_svg(d: PlotData) -> str:
     spec.vline(d.concurrency, colour="C3", dash="")
     if not math.isnan(d.spec_crossing):
         spec.vline(d.spec_crossing, colour="C3")
-    return svg([roof, lat, bill, spec], 930, 560)
+    return svg_panels([roof, lat, bill, spec])
 
 
 class LivePlots:

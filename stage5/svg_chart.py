@@ -179,7 +179,20 @@ class Panel:
         return "".join(out)
 
 
-def svg(panels: list[Panel], width: int, height: int) -> str:
-    body = "".join(p.render() for p in panels)
-    return (f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
-            f'viewBox="0 0 {width} {height}" font-family="sans-serif" style="background:#fff">{body}</svg>')
+# Room around a panel's frame for its tick labels, axis labels and title (pixels): left, top, right, bottom.
+MARGINS = (65, 30, 60, 40)
+
+
+def svg_panels(panels: list[Panel], min_width: int = 340) -> str:
+    """Each panel as its own SVG, cut out of the shared canvas by its viewBox, in a row that wraps: side by side
+    where the column is wide enough, one under another on a phone. Each scales to its share of the column
+    (never above the size drawn), so the labels stay legible instead of shrinking with the whole figure."""
+    left, top, right, bottom = MARGINS
+    cells = []
+    for p in panels:
+        w, h = p.w + left + right, p.h + top + bottom
+        cells.append(f'<svg xmlns="http://www.w3.org/2000/svg" width="100%" viewBox="{p.x - left} {p.y - top} {w} {h}" '
+                     f'preserveAspectRatio="xMidYMid meet" font-family="sans-serif" '
+                     f'style="display:block;flex:1 1 {min_width}px;max-width:{w}px;height:auto;background:#fff">'
+                     f"{p.render()}</svg>")
+    return f'<div class="stage5-plots" style="display:flex;flex-wrap:wrap;max-width:100%">{"".join(cells)}</div>'

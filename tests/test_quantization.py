@@ -87,3 +87,77 @@ def test_fp8_weights_and_cache_stay_below_two_in_estimate_mode():
                               estimate=cost.Estimate.only("allreduce"))
     assert float(one_gpu) == pytest.approx(2.0)
 
+
+
+# ------------------------------------------------------------------------------------------ inside the 8 bits
+def test_fp8_encodings_match_torch():
+    """E4M3 and E5M2 built from their bit layouts agree with torch's float8 types, limits and rounding alike."""
+    torch = pytest.importorskip("torch")
+    from stage5.quant_numerics import E4M3, E5M2, quantize_float
+
+    x = np.random.default_rng(1).standard_normal((32, 128)) * np.geomspace(1e-4, 1e3, 128)
+    for fmt, dtype in ((E4M3, torch.float8_e4m3fn), (E5M2, torch.float8_e5m2)):
+        info = torch.finfo(dtype)
+        assert (fmt.max, fmt.min_normal, fmt.relative_step) == (info.max, info.tiny, info.eps)
+        s = np.abs(x).max() / fmt.max
+        ours = quantize_float(x, fmt)
+        theirs = (torch.tensor(x / s).to(dtype).double() * s).numpy()
+        assert np.array_equal(ours, theirs), fmt.name
+    assert E4M3.max == 448 and E5M2.max == 57344
+
+
+def test_integer_quantization_rounds_within_half_a_step_and_groups_help():
+    from stage5.quant_numerics import quantize, relative_error, scale_bits_per_weight
+
+    w = np.random.default_rng(2).standard_normal((64, 256))
+    for gran in ("tensor", "row", 128, 32):
+        q = quantize(w, 4, gran)
+        shape = {"tensor": (1, 1, -1), "row": (64, 1, -1)}.get(gran, (64, -1, gran))
+        view = w.reshape(shape)
+        step = np.abs(view).max(axis=-1, keepdims=True) / 7
+        assert np.all(np.abs((w - q).reshape(view.shape)) <= step / 2 + 1e-12), gran
+        assert len(np.unique(np.round(q.reshape(view.shape) / step))) <= 15  # 4 bits, symmetric: -7..7
+    errors = [relative_error(w, quantize(w, 4, g)) for g in ("tensor", "row", 128, 32)]
+    assert errors == sorted(errors, reverse=True) and errors[-1] < errors[0]
+    assert scale_bits_per_weight(128) == 16 / 128
+
+
+def test_outlier_channels_ruin_per_tensor_int8_and_smoothing_or_fp8_repairs_it():
+    """Chapter 8's demonstration: a few loud channels crush the others under one INT8 scale; a scale per token
+    only partly helps; SmoothQuant's migration keeps the product exact and its W8A8 error small; E4M3 keeps
+    the quiet channels' relative error whatever the outliers."""
+    from stage5.quant_numerics import E4M3, quantize, quantize_float, relative_error, smooth
+
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((256, 1024))
+    w = rng.standard_normal((512, 1024)) * 0.02
+    loud = x.copy()
+    idx = rng.choice(1024, 4, replace=False)
+    loud[:, idx] *= 50
+    quiet = np.ones(1024, bool)
+    quiet[idx] = False
+    clean = relative_error(x, quantize(x, 8))
+    crushed = relative_error(loud[:, quiet], quantize(loud, 8)[:, quiet])
+    per_token = relative_error(loud[:, quiet], quantize(loud, 8, "row")[:, quiet])
+    assert crushed > 10 * clean and clean < per_token < crushed
+    xs, ws = smooth(loud, w, 0.5)
+    assert np.allclose(xs @ ws.T, loud @ w.T)
+    y = loud @ w.T
+    naive = relative_error(y, quantize(loud, 8, "row") @ quantize(w, 8, "row").T)
+    smoothed = relative_error(y, quantize(xs, 8, "row") @ quantize(ws, 8, "row").T)
+    assert smoothed < naive / 2
+    fp8_quiet = relative_error(loud[:, quiet], quantize_float(loud, E4M3)[:, quiet])
+    assert fp8_quiet == pytest.approx(relative_error(x, quantize_float(x, E4M3)), rel=0.1)
+
+
+@pytest.mark.parametrize("call", ["bits", "granularity", "group", "nan", "alpha"])
+def test_quantization_numerics_refuse_bad_input(call):
+    from stage5 import quant_numerics as qn
+
+    w = np.ones((4, 8))
+    bad = {"bits": lambda: qn.quantize(w, 1), "granularity": lambda: qn.quantize(w, 8, "column"),
+           "group": lambda: qn.quantize(w, 8, 3), "nan": lambda: qn.quantize(w * np.nan, 8),
+           "alpha": lambda: qn.smooth(w, w, 1.5)}[call]
+    with pytest.raises(ValueError) as err:
+        bad()
+    assert "\n" not in str(err.value)

@@ -253,3 +253,82 @@ def test_a_tiny_temperature_gives_the_greedy_limit_not_nan():
     assert torch.isfinite(p).all()
     assert p[0].tolist() == [0.0, 1.0, 0.0] and p[1].tolist() == [0.5, 0.5, 0.0]
     assert torch.allclose(probs(logits, 1.0), torch.softmax(logits.double(), dim=-1))
+
+
+# ------------------------------------------------------------------------------------------ the cost model's verdict
+def test_the_break_even_batch_moves_out_with_context_while_the_full_batch_moves_in():
+    """Chapter 7 and the clearing test's Q6: on the anchor deployment speculation slows a full batch of short
+    sequences and speeds up a full batch of long ones."""
+    from stage5 import cost
+
+    dep = cost.Deployment.of("llama3-70b", "H100-SXM", 4)
+    breakeven = {s: cost.speculation_breakeven_batch(dep, s, 0.7, 4, max_batch=4096) for s in (1280, 4096, 16384)}
+    full = {s: int(cost.max_concurrency(dep, s)) for s in breakeven}
+    assert breakeven[1280] < full[1280] and breakeven[4096] > full[4096] and breakeven[16384] is None
+    assert full[1280] > full[4096] > full[16384]
+    # searched only up to what fits (the default), a full batch at 4K and 16K never reaches break-even
+    assert cost.speculation_breakeven_batch(dep, 4096, 0.7, 4) is None
+    assert cost.speculation_breakeven_batch(dep, 1280, 0.7, 4) == breakeven[1280]
+    for s, b in breakeven.items():
+        at_full = float(cost.speculative_speedup(dep, full[s], s, 0.7, 4))
+        assert (at_full < 1) == (b is not None and b <= full[s]), s
+        if b is not None:  # the first slower batch: one fewer still paid
+            assert cost.speculative_speedup(dep, b, s, 0.7, 4) < 1 <= cost.speculative_speedup(dep, b - 1, s, 0.7, 4)
+
+
+def test_speculation_pays_at_any_batch_once_the_verification_ceiling_is_under_the_ridge():
+    """The docstring's argument: past the context where (k + 1) x 2N / (S x KV bytes per token) falls under the
+    deployment's ridge, no batch makes the verification pass compute-bound, so speculation never stops paying."""
+    import numpy as np
+
+    from stage5 import cost
+
+    dep = cost.Deployment.of("llama3-70b", "H100-SXM", 4)
+    k = 4
+    ridge = dep.flops / dep.bandwidth
+    edge = (k + 1) * 2 * dep.model.active_params / (ridge * dep.kv_bytes_per_token)
+    previous = 0
+    for s in np.geomspace(512, 4 * edge, 12).astype(int):
+        b = cost.speculation_breakeven_batch(dep, int(s), 0.7, k, max_batch=20_000)
+        if s > 1.01 * edge:
+            assert b is None, s
+        if b is not None:
+            assert b >= previous, "a longer context cannot bring the break-even batch in"
+            previous = b
+    assert cost.speculation_breakeven_batch(dep, int(edge / 4), 0.7, k, max_batch=20_000) is not None
+
+
+@pytest.mark.parametrize("kwargs", [dict(context=0), dict(context=float("nan")), dict(k=-1), dict(k=2.5),
+                                    dict(max_batch=0), dict(alpha=1.5)])
+def test_the_break_even_batch_refuses_bad_input_with_one_line(kwargs):
+    from stage5 import cost
+
+    dep = cost.Deployment.of("llama3-70b", "H100-SXM", 4)
+    args = dict(context=1280, alpha=0.7, k=4) | kwargs
+    with pytest.raises(ValueError) as err:
+        cost.speculation_breakeven_batch(dep, **args)
+    assert "\n" not in str(err.value)
+
+
+def test_the_clearing_tests_q6_answer_agrees_with_the_cost_model():
+    """Q6 is marked by hand against its mark scheme: the numbers the scheme calls correct must be the course's."""
+    import json
+    import re
+    from pathlib import Path
+
+    from stage5 import cost
+
+    nb = json.loads((Path(__file__).resolve().parents[1] / "solutions" / "clearing" / "clearing.ipynb").read_text())
+    scheme = next("".join(c["source"]) for c in nb["cells"]
+                  if c.get("metadata", {}).get("nbgrader", {}).get("grade_id") == "q6_written")
+    dep = cost.Deployment.of("llama3-70b", "H100-SXM", 4)
+    full = {s: int(cost.max_concurrency(dep, s)) for s in (1280, 4096, 16384)}
+    speed = {s: float(cost.speculative_speedup(dep, b, s, 0.7, 4)) for s, b in full.items()}
+    said = f"{speed[1280]:.2f}x at the {full[1280]} that fit"
+    assert said in scheme, said
+    assert f"full batch ({full[16384]})" in scheme and f"~{speed[16384]:.1f}x" in scheme
+    assert f"~{speed[4096]:.1f}x at a full 4K batch of {full[4096]}" in scheme
+    assert speed[1280] < 1 < speed[4096] < speed[16384]
+    about = int(re.search(r"below 1x from about batch (\d+) at 1,280 tokens", scheme).group(1))
+    assert abs(about - cost.speculation_breakeven_batch(dep, 1280, 0.7, 4)) <= 0.05 * about
+    assert f"{float(cost.expected_tokens_per_verification(0.7, 4)):.1f} tokens" in scheme
