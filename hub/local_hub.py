@@ -258,8 +258,21 @@ def prepare_course(site: HubSite) -> Path:
     if dest.exists():
         shutil.rmtree(dest)
     copy_course(dest)
+    add_learners(site, dest)
     subprocess.run(["chown", "-R", f"{site.grader}:{site.grader}", str(dest)], check=True)
     return dest
+
+
+def add_learners(site: HubSite, course: Path) -> None:
+    """Put the learners in the course's gradebook, named by their account (as `make grade` names them by id):
+    students that nbgrader's collect creates have no name, and Formgrader lists them as "None, None"."""
+    from nbgrader.api import Gradebook
+    from nbgrader_setup import make_config
+
+    db_url = make_config(course / "grader", course).CourseDirectory.db_url
+    with Gradebook(db_url) as gb:
+        for name in site.learner_names:
+            gb.update_or_create_student(name, first_name="", last_name=name)
 
 
 def prepare_configs(site: HubSite) -> None:

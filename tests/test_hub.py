@@ -262,6 +262,16 @@ def test_a_learner_cannot_read_the_hubs_secrets(hub, term):
         assert proc.returncode != 0 and "Permission denied" in proc.stderr, secret
 
 
+def test_formgrader_names_each_learner_by_account(hub, term):
+    """Formgrader's student list shows each learner's account, never "None, None" (hub/local_hub.py adds the
+    learners to the gradebook before the term)."""
+    r = hub.formgrader("GET", "students", hub.site.instructor)
+    assert r.status_code == 200, r.text[:300]
+    names = {s["id"]: (s["last_name"], s["first_name"]) for s in r.json()}
+    assert {name: names.get(name) for name in hub.site.learner_names} == {
+        name: (name, "") for name in hub.site.learner_names}
+
+
 def test_grading_unedited_cells_logs_no_checksum_warning(hub, term):
     """nbgrader warns "checksum ... has changed!" when a grade cell differs from the released one: on notebooks
     whose grade cells nobody edited, such a warning would teach instructors to ignore the real ones."""
