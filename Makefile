@@ -71,11 +71,13 @@ sync: $(STAMP)
 	@cd tests/submissions && for f in make_fixtures*.py; do ../../$(PY) $$f >/dev/null || exit 1; done
 	$(PY) scripts/sync_settings.py --check
 
-# The release's wheel and sdist in dist/ (RELEASING.md). The wheel is built from the sdist in a temporary folder,
-# so no build/ is left behind and nothing untracked slips in.
-dist: $(STAMP)
+# The release's wheel and sdist in dist/ (RELEASING.md), and the built book as one zip a reader opens from disk
+# (it needs no network). The wheel is built from the sdist in a temporary folder, so no build/ is left behind
+# and nothing untracked slips in.
+dist: book
 	rm -rf dist
 	$(PY) -m build --no-isolation --outdir dist .
+	$(PY) scripts/pack_site.py --html _build/html --out dist
 	@ls dist
 
 # Learners get a lab without the instructor tools, instructors one with Formgrader and its exchange; each

@@ -22,11 +22,15 @@ from nbgrader.preprocessors import (
     AssignLatePenalties,
     CheckCellMetadata,
     ClearHiddenTests,
+    ClearOutput,
+    DeduplicateIds,
     GetGrades,
     IgnorePattern,
     LimitOutput,
+    OverwriteKernelspec,
     SaveAutoGrades,
 )
+from restore_hidden import RestoreHiddenTests
 from sandboxed_execute import SandboxedExecute
 from traitlets import Integer
 from traitlets.config import Config
@@ -122,6 +126,9 @@ def make_config(work_dir: str | Path | None = None, root: str | Path = REPO,
     c.Execute.timeout = WALL_PER_CPU * cell_timeout_s
     c.Execute.interrupt_on_timeout = True
     c.OverwriteCells.add_missing_cells = True
+    # nbgrader's sanitize chain, with test cells' hidden tests restored without a false "has changed!" warning
+    c.Autograde.sanitize_preprocessors = [ClearOutput, DeduplicateIds, OverwriteKernelspec, RestoreHiddenTests,
+                                          CheckCellMetadata]
     c.LimitOutput.max_lines = 200
     c.LimitOutput.max_traceback = 40
     # nbgrader's default chain with outputs capped in size right after execution (the instructor still sees

@@ -29,6 +29,10 @@ FORMGRADER = ("@jupyter/nbgrader:formgrader", "nbgrader.server_extensions.formgr
 CREATE_ASSIGNMENT = ("@jupyter/nbgrader:create-assignment", None)
 COURSE_LIST = ("@jupyter/nbgrader:course-list", "nbgrader.server_extensions.course_list")
 ASSIGNMENT_LIST = ("@jupyter/nbgrader:assignment-list", "nbgrader.server_extensions.assignment_list")
+# JupyterLab 4's news and update check (schema @jupyterlab/apputils-extension/notification.json): "false" is
+# "Never" (the default "none" asks in a pop-up at first start).
+NEWS_PLUGIN = "@jupyterlab/apputils-extension:notification"
+NEWS_OFF = {"fetchNews": "false", "checkForUpdates": False}
 
 
 @dataclass(frozen=True)
@@ -73,6 +77,13 @@ def write_profile(name: str, config_dir: str | Path) -> Path:
         switches.update({plugin: True for plugin in profile.plugins})
         cfg[key] = switches
     page.write_text(json.dumps(cfg, indent=2) + "\n")
+    # No "Jupyter news" prompt and no update check: every account would be asked at first start, and neither
+    # request can succeed on a class machine without internet. JupyterLab reads default setting overrides
+    # from labconfig/default_setting_overrides.json on the config path (jupyterlab_server's settings_utils).
+    defaults = folder / "labconfig" / "default_setting_overrides.json"
+    overrides = json.loads(defaults.read_text()) if defaults.exists() else {}
+    overrides.setdefault(NEWS_PLUGIN, {}).update(NEWS_OFF)
+    defaults.write_text(json.dumps(overrides, indent=2) + "\n")
     server = folder / "jupyter_server_config.json"
     scfg = json.loads(server.read_text()) if server.exists() else {}
     switches = scfg.setdefault("ServerApp", {}).setdefault("jpserver_extensions", {})

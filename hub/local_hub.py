@@ -258,8 +258,21 @@ def prepare_course(site: HubSite) -> Path:
     if dest.exists():
         shutil.rmtree(dest)
     copy_course(dest)
+    add_learners(site, dest)
     subprocess.run(["chown", "-R", f"{site.grader}:{site.grader}", str(dest)], check=True)
     return dest
+
+
+def add_learners(site: HubSite, course: Path) -> None:
+    """Put the learners in the course's gradebook, named by their account (as `make grade` names them by id):
+    students that nbgrader's collect creates have no name, and Formgrader lists them as "None, None"."""
+    from nbgrader.api import Gradebook
+    from nbgrader_setup import make_config
+
+    db_url = make_config(course / "grader", course).CourseDirectory.db_url
+    with Gradebook(db_url) as gb:
+        for name in site.learner_names:
+            gb.update_or_create_student(name, first_name="", last_name=name)
 
 
 def prepare_configs(site: HubSite) -> None:
@@ -300,16 +313,20 @@ def start(site: HubSite, log_path: Path | None = None) -> subprocess.Popen:
                             cwd=site.private_dir, env=env, stdout=out, stderr=subprocess.STDOUT if out else None,
                             start_new_session=True)
     deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"jupyterhub exited with {proc.returncode}; see {log_path or 'its output'}")
-        try:
-            with urllib.request.urlopen(f"{site.url}/hub/api/", timeout=5) as resp:
-                if resp.status == 200:
-                    return proc
-        except (urllib.error.URLError, ConnectionError, TimeoutError):
-            pass
-        time.sleep(0.5)
+    try:
+        while time.monotonic() < deadline:
+            if proc.poll() is not None:
+                raise RuntimeError(f"jupyterhub exited with {proc.returncode}; see {log_path or 'its output'}")
+            try:
+                with urllib.request.urlopen(f"{site.url}/hub/api/", timeout=5) as resp:
+                    if resp.status == 200:
+                        return proc
+            except (urllib.error.URLError, ConnectionError, TimeoutError):
+                pass
+            time.sleep(0.5)
+    except BaseException:  # Ctrl-C or a service manager's SIGTERM while starting: leave nothing running
+        stop(proc)
+        raise
     stop(proc)
     raise RuntimeError(f"jupyterhub did not answer on {site.url} within 120 s")
 
@@ -329,6 +346,17 @@ def stop(proc: subprocess.Popen, timeout: float = 30) -> None:
     proc.wait()
 
 
+def stop_on_signals() -> None:
+    """Make a service manager's SIGTERM (and a closed terminal's SIGHUP) stop the hub as Ctrl-C does. Python's
+    default for SIGTERM ends this process at once, leaving JupyterHub (its own session) and its servers running."""
+
+    def interrupt(signum: int, _frame) -> None:
+        raise KeyboardInterrupt(signal.Signals(signum).name)
+
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, interrupt)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--port", type=int, default=8000)
@@ -341,18 +369,21 @@ def main(argv: list[str] | None = None) -> int:
         print("cannot start the local hub; missing: " + "; ".join(missing), file=sys.stderr)
         return 1
     site = HubSite(state_dir=Path(args.state).resolve(), exchange=Path(args.exchange), port=args.port)
-    proc = start(site)
-    print(f"\nJupyterHub for {COURSE_ID} on {site.url}  (local trial, NOT for production)\n"
-          f"  instructor: {site.instructor}   learners: {', '.join(site.learner_names)}\n"
-          f"  shared password for every account: {site.password}\n"
-          f"  Formgrader: {site.url}/services/{COURSE_ID}/formgrader (instructor only)\n"
-          f"  exchange: {site.exchange}\nCtrl-C stops the hub.", flush=True)
-    try:
+    stop_on_signals()
+    proc = None
+    try:  # Ctrl-C or a signal, at any point, stops the hub this started (start() cleans up its own half-start)
+        proc = start(site)
+        print(f"\nJupyterHub for {COURSE_ID} on {site.url}  (local trial, NOT for production)\n"
+              f"  instructor: {site.instructor}   learners: {', '.join(site.learner_names)}\n"
+              f"  shared password for every account: {site.password}\n"
+              f"  Formgrader: {site.url}/services/{COURSE_ID}/formgrader (instructor only)\n"
+              f"  exchange: {site.exchange}\nCtrl-C (or SIGTERM) stops the hub.", flush=True)
         proc.wait()
     except KeyboardInterrupt:
-        pass
+        print("stopping the hub and every server it started ...", flush=True)
     finally:
-        stop(proc)
+        if proc is not None:
+            stop(proc)
         if args.remove_accounts:
             remove_accounts(site)
     return 0

@@ -109,14 +109,42 @@ class Stage5SetupError(RuntimeError):
         return [f"Stage5SetupError: {{self}}"]
 
 
+# Why pip failed, from its own words (old and new pip phrase them differently): the first pattern that matches wins.
+STAGE5_PIP_CAUSES = [
+    (r"Failed to resolve|Name or service not known|name resolution|NewConnectionError|Connection refused|"
+     r"Network is unreachable|Failed to connect|Max retries exceeded|connection-failed",
+     "no network: this runtime could not reach the download server"),
+    (r"HTTP error 404|404 Client Error", "no such release: the download address answered 404 (not found)"),
+    (r"No matching distribution found for (\\S+)|not a supported wheel|requires a different Python",
+     "no matching wheel for this Python and platform"),
+]
+
+
 def stage5_pip_install(what, *args):
     """pip install quietly; on failure stop this notebook with one line that says why and what to do."""
-    done = subprocess.run([sys.executable, "-m", "pip", "install", "-q", *args], capture_output=True, text=True)
+    import os
+    import re
+    import time
+
+    # Jupyter kernels set FORCE_COLOR and CLICOLOR_FORCE, which make pip colour its errors: switch colour off.
+    env = {{k: v for k, v in os.environ.items() if k not in ("FORCE_COLOR", "CLICOLOR_FORCE", "PY_COLORS")}}
+    env.update(NO_COLOR="1", TERM="dumb")
+    print(f"installing {{what}} and its dependencies (about 15 s on Colab) ...", flush=True)
+    start = time.monotonic()
+    done = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-color", "--disable-pip-version-check",
+                           *args], capture_output=True, text=True, env=env)
     if done.returncode == 0:
         importlib.invalidate_caches()
+        print(f"installed {{what}} in {{time.monotonic() - start:.0f}} s", flush=True)
         return
-    lines = [line.strip() for line in done.stderr.splitlines() if line.strip()] or ["pip failed"]
-    why = next((line for line in reversed(lines) if line.startswith("ERROR")), lines[-1])
+    text = re.sub(r"\\x1b\\[[0-9;?]*[A-Za-z]", "", done.stderr + done.stdout)
+    lines = [line.strip(" ×╰─>") for line in text.splitlines() if line.strip(" ×╰─>")] or ["pip failed"]
+    why = next((line for line in reversed(lines) if line.lower().startswith(("error", "×"))), lines[-1])
+    for pattern, cause in STAGE5_PIP_CAUSES:
+        found = re.search(pattern, text)
+        if found:
+            why = cause + (f" for {{found.group(1)}}" if found.groups() and found.group(1) else "")
+            break
     error = Stage5SetupError(f"could not install {{what}} ({{why}}). Check that this runtime can reach the "
                              "internet and that the release exists, then restart the kernel and run this cell again.")
     try:

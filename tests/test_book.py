@@ -183,16 +183,25 @@ def test_thebe_is_not_loaded():
     assert not cfg["launch_buttons"].get("thebe")
 
 
-def test_thebe_script_absent_and_cdn_use_said_on_every_page(built_book):
+def test_thebe_absent_and_no_page_loads_a_script_from_a_cdn(built_book):
+    """Maths and widgets come with the site (scripts/vendor_assets.py), so the book works offline; the footer
+    says so on every page."""
     html, _ = built_book
-    hosts = set()
     for page in PAGES:
         text = (html / "book" / f"{page}.html").read_text()
         assert "THEBE_JS_URL" not in text, page
-        assert "load from public CDNs" in text, f"{page} does not say that scripts load from CDNs"
-        hosts |= set(re.findall(r'<script[^>]+src="https://([^/"]+)/', text))
-    footer = _config()["html"]["extra_footer"]
-    assert hosts and all(host in footer for host in hosts), f"CDN hosts the pages load from: {sorted(hosts)}"
+        assert "works from disk with no network" in text, f"{page} lacks the footer"
+        remote = re.findall(r'<(?:script|link)[^>]+(?:src|href)="((?:https?:)?//[^"]+)"', text)
+        assert not remote, f"{page} loads {remote}"
+        assert text.count("vendor/mathjax/tex-svg-full.js") <= 1, f"{page} loads MathJax twice"
+        widgets = "application/vnd.jupyter.widget-state+json" in text
+        assert ("vendor/html-manager/embed-amd.js" in text) == widgets, f"{page}: embed script without widgets"
+    assert (html / "_static" / "vendor" / "mathjax" / "tex-svg-full.js").is_file()
+
+
+def test_vendored_scripts_match_their_pins():
+    proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "vendor_assets.py")], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
 def test_exercises_page_links_the_released_notebooks(built_book):
@@ -244,6 +253,22 @@ def _refused_stand_in(text: str, stubbed: set[str]) -> bool:
     return "'integrity' attribute" in text and any(f"'{url}'" in text for url in stubbed)
 
 
+# (maths elements Sphinx wrote, MathJax containers after typesetting), once MathJax has finished
+MATHS_TYPESET = """async () => {
+  const written = document.querySelectorAll('.math, div.math, span.math').length;
+  if (written && window.MathJax && MathJax.startup) { await MathJax.startup.promise; }
+  return [written, document.querySelectorAll('mjx-container').length];
+}"""
+# (saved widget views on the page, widget elements the embed script drew)
+WIDGETS_DRAWN = """async () => {
+  const views = document.querySelectorAll('script[type="application/vnd.jupyter.widget-view+json"]').length;
+  for (let i = 0; i < 50 && views && !document.querySelector('.jupyter-widgets, .widget-inline-hbox'); i++) {
+    await new Promise(r => setTimeout(r, 200));
+  }
+  return [views, document.querySelectorAll('.jupyter-widgets, .widget-inline-hbox').length];
+}"""
+
+
 class _Quiet(http.server.SimpleHTTPRequestHandler):
     def log_message(self, *args):
         pass
@@ -278,7 +303,11 @@ def browser_report(built_book, tmp_path_factory):
                 page.on("pageerror", lambda e, errors=errors: errors.append(f"uncaught: {e}"))
                 page.on("console", lambda m, errors=errors: errors.append(f"console.{m.type}: {m.text}")
                         if m.type == "error" and not _refused_stand_in(m.text, stubbed) else None)
+                outside: list[str] = []
+                page.on("request", lambda r, outside=outside: outside.append(r.url)
+                        if not r.url.startswith((base, "data:", "blob:")) else None)
                 page.goto(f"{base}/book/{page_name}.html", wait_until="load")
+                maths = page.evaluate(MATHS_TYPESET)
                 images = page.eval_on_selector_all(
                     "img", "els => els.map(e => [e.getAttribute('src'), e.complete && e.naturalWidth > 0])")
                 colab = page.eval_on_selector_all(
@@ -290,6 +319,7 @@ def browser_report(built_book, tmp_path_factory):
                     "bad_requests": bad, "images": images, "colab": colab, "error_outputs": outputs,
                     "text": page.inner_text("main") if page.query_selector("main") else page.inner_text("body"),
                     "page_errors": errors,  # every uncaught exception and console error, none filtered
+                    "outside": outside, "maths": maths,
                 }
                 page.close()
             ctx.close()
@@ -301,6 +331,57 @@ def browser_report(built_book, tmp_path_factory):
 @pytest.mark.parametrize("page_name", PAGES)
 def test_page_has_no_missing_local_asset(browser_report, page_name):
     assert browser_report[page_name]["bad_requests"] == []
+
+
+@pytest.mark.parametrize("page_name", PAGES)
+def test_page_needs_no_network_and_typesets_its_maths(browser_report, page_name):
+    r = browser_report[page_name]
+    assert r["outside"] == [], f"requests outside the site: {r['outside']}"
+    written, typeset = r["maths"]
+    assert typeset >= written, f"{written} maths elements, {typeset} typeset by MathJax"
+
+
+def test_the_maths_check_sees_maths():
+    """The chapters hold maths, so the typeset check above is not vacuous."""
+    assert any("$\\pi$" in "".join(c["source"]) for c in _notebook("02_roofline")["cells"])
+
+
+def test_the_site_archive_opens_offline_from_disk(built_book, tmp_path):
+    """`make dist`'s book archive, unzipped and opened from disk (file://) with every other request refused:
+    the pages load, maths is typeset, widgets draw, and the console has no error."""
+    import zipfile
+
+    sync_playwright = _chromium_or_skip()
+    html, _ = built_book
+    sys.path.insert(0, str(ROOT / "scripts"))
+    import pack_site
+
+    archive = pack_site.pack(html, tmp_path / "dist", sync_settings.load().version)
+    with zipfile.ZipFile(archive) as zf:
+        zf.extractall(tmp_path / "unpacked")
+    (site,) = (tmp_path / "unpacked").iterdir()
+    refused, errors, seen = [], [], {}
+    with sync_playwright() as p:
+        ctx = p.chromium.launch_persistent_context(str(tmp_path / "profile"), executable_path=str(CHROMIUM),
+                                                   args=CHROMIUM_FLAGS, headless=True)
+        ctx.route(re.compile(r"^(?!file:|data:|blob:).*"), lambda route: (refused.append(route.request.url),
+                                                                        route.abort()))
+        for name in ["index", "book/02_roofline", "book/10_simulator"]:
+            page = ctx.new_page()
+            page.on("pageerror", lambda e, name=name: errors.append(f"{name}: uncaught {e}"))
+            page.on("console", lambda m, name=name: errors.append(f"{name}: {m.text}") if m.type == "error" else None)
+            page.goto((site / f"{name}.html").as_uri(), wait_until="load")
+            if name == "index":  # the root page redirects to the book's first page
+                page.wait_for_url("**/book/intro.html", wait_until="load")
+            seen[name] = (page.evaluate(MATHS_TYPESET), page.evaluate(WIDGETS_DRAWN), page.url)
+            page.close()
+        ctx.close()
+    assert not refused and not errors, (refused, errors)
+    assert seen["index"][2].endswith("/book/intro.html"), seen["index"]  # the root redirects to the book
+    written, typeset = seen["book/02_roofline"][0]
+    assert written > 0 and typeset >= written, seen
+    views, drawn = seen["book/10_simulator"][1]
+    assert views == 0 or drawn > 0, f"{views} saved widget views, none drawn"
 
 
 @pytest.mark.parametrize("page_name", PAGES)

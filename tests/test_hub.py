@@ -119,6 +119,7 @@ def hub(tmp_path_factory):
     try:
         proc = local_hub.start(site, log)
         client = Hub(site)
+        client.proc, client.log = proc, log
         client.timings["start"] = time.perf_counter() - t0
         yield client
     except Exception:
@@ -270,3 +271,31 @@ def test_a_learner_cannot_read_the_hubs_secrets(hub, term):
         proc = subprocess.run(["runuser", "-u", hub.site.learner_names[0], "--", "cat",
                                str(hub.site.private_dir / secret)], capture_output=True, text=True)
         assert proc.returncode != 0 and "Permission denied" in proc.stderr, secret
+
+
+def test_formgrader_names_each_learner_by_account(hub, term):
+    """Formgrader's student list shows each learner's account, never "None, None" (hub/local_hub.py adds the
+    learners to the gradebook before the term)."""
+    r = hub.formgrader("GET", "students", hub.site.instructor)
+    assert r.status_code == 200, r.text[:300]
+    names = {s["id"]: (s["last_name"], s["first_name"]) for s in r.json()}
+    assert {name: names.get(name) for name in hub.site.learner_names} == {
+        name: (name, "") for name in hub.site.learner_names}
+
+
+def test_grading_unedited_cells_logs_no_checksum_warning(hub, term):
+    """nbgrader warns "checksum ... has changed!" when a grade cell differs from the released one: on notebooks
+    whose grade cells nobody edited, such a warning would teach instructors to ignore the real ones."""
+    changed = [line for line in hub.log.read_text(errors="replace").splitlines() if "has changed" in line]
+    assert not changed, "\n".join(changed[:5])
+
+
+def test_the_hub_stops_cleanly_on_sigterm(hub, term):
+    """What a service manager sends: the hub stops its servers and services and logs no traceback doing it.
+    (Runs last: it stops the hub the other tests use.)"""
+    start = len(hub.log.read_text(errors="replace"))
+    local_hub.stop(hub.proc)
+    assert hub.proc.returncode == 0, f"jupyterhub exited with {hub.proc.returncode} on SIGTERM"
+    shutdown = hub.log.read_text(errors="replace")[start:]
+    assert "Traceback" not in shutdown and "Error" not in shutdown.replace("ConfigProxy", ""), shutdown[-3000:]
+

@@ -24,7 +24,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "hub"))
 sys.path.insert(0, str(REPO / "grader"))
 
-from lab_profiles import PROFILES, main, prepare_exchange, write_profile  # noqa: E402
+from lab_profiles import NEWS_OFF, NEWS_PLUGIN, PROFILES, main, prepare_exchange, write_profile  # noqa: E402
 from local_hub import copy_course  # noqa: E402
 from nbgrader_setup import EXCHANGE_ENV, make_config  # noqa: E402
 
@@ -88,6 +88,11 @@ def test_learner_lab_has_no_instructor_tools(tmp_path):
             assert plugin in page["disabledExtensions"], f"{plugin} is not disabled"
             assert plugin in page.get("lockedExtensions", page["disabledExtensions"])
         assert "@jupyter/nbgrader:validate-assignment" not in page["disabledExtensions"]
+        # no "Jupyter news" pop-up: the news and update checks default to off (the lab's own settings API)
+        status, body = _get(f"{base}/lab/api/settings/{NEWS_PLUGIN}")
+        assert status == 200, body
+        schema = json.loads(body)["schema"]["properties"]
+        assert {k: schema[k]["default"] for k in NEWS_OFF} == NEWS_OFF
 
     _with_lab(config, root, {}, check)
 
@@ -130,3 +135,46 @@ def test_profiles_keep_other_settings_and_refuse_unknown_names(tmp_path, capsys)
     assert "known: learner, instructor" in capsys.readouterr().err
     with pytest.raises(ValueError, match="unknown lab profile"):
         write_profile("admin", tmp_path)
+
+
+# ------------------------------------------------------------------------------------------ the hub's signals
+STOPPED_BY_SIGTERM = """
+import subprocess, sys
+sys.path.insert(0, {hub!r}); sys.path.insert(0, {grader!r})
+import local_hub
+children = []
+def fake_start(site, log_path=None):  # a stand-in for JupyterHub: a process in its own session, as the real one
+    children.append(subprocess.Popen(["sleep", "600"], start_new_session=True, stdout=subprocess.DEVNULL,
+                                     stderr=subprocess.DEVNULL))
+    return children[0]
+local_hub.start = fake_start
+local_hub.missing_requirements = lambda: []
+code = local_hub.main(["--state", {state!r}])
+print("child exit:", children[0].poll(), flush=True)
+sys.exit(code)
+"""
+
+
+@pytest.mark.parametrize("signame", ["SIGTERM", "SIGHUP"])
+def test_the_hub_stops_cleanly_on_a_service_managers_signal(tmp_path, signame):
+    """`make hub` under a service manager gets SIGTERM, not Ctrl-C: it must stop JupyterHub (which runs in its own
+    session) and exit 0 without a traceback, instead of dying and leaving the hub running."""
+    import signal
+
+    script = STOPPED_BY_SIGTERM.format(hub=str(REPO / "hub"), grader=str(REPO / "grader"), state=str(tmp_path))
+    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True)
+    banner = proc.stdout.readline()
+    while "stops the hub" not in banner:
+        assert banner, "local_hub.py ended before it printed its banner"
+        banner = proc.stdout.readline()
+    proc.send_signal(getattr(signal, signame))
+    try:
+        out, _ = proc.communicate(timeout=120)
+    except subprocess.TimeoutExpired as late:
+        proc.kill()
+        raise AssertionError(f"local_hub.py did not stop on {signame}: {late.output}") from None
+    assert proc.returncode == 0, out
+    assert "Traceback" not in out, out
+    assert "stopping the hub" in out
+    assert "child exit: -9" in out or "child exit: -15" in out, out  # the stand-in hub was stopped

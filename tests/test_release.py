@@ -120,6 +120,8 @@ def test_a_failed_install_prints_one_line_and_stops_every_later_cell(tmp_path):
                           capture_output=True, text=True, timeout=120, env=env)
     first, later, kinds = proc.stdout.strip().split("---\n")
     assert kinds.strip() == "Stage5SetupError Stage5SetupError", proc.stdout + proc.stderr
+    assert first.splitlines()[0].startswith(f"installing stage5 {SETTINGS.version} and its dependencies")
+    first = "\n".join(first.splitlines()[1:])  # the line that says the install started, then the failure
     for shown in (first, later):
         lines = [line for line in shown.splitlines() if line.strip()]
         assert len(lines) == 1, shown
