@@ -36,10 +36,15 @@ def test_estimate_is_within_25_percent_on_at_least_80_percent_of_points():
 
 
 def test_estimate_share_does_not_fall_below_the_recorded_one():
-    """A ratchet under the unmet 80% target: the 63 of 79 points recorded when the NIM tables were added."""
+    """A ratchet under the unmet 80% target: 63 of 79 points when the NIM tables were added, 61 since issue 29's
+    embedding_lookup term (a step reads only the embedding rows it looks up: physics, not chosen by looking at
+    these rows) lowered the estimate by a few percent, moving gpt-fast's Llama-2-7B TP4 point and NIM's 8B
+    200/200 at concurrency 25 just under 0.8. With that term off the estimate lands on 63 again."""
     table = validate.rows()
     within = sum(validate.in_band(r.estimate_ratio) for r in table)
-    assert within >= 63, f"the estimate now lands within 25% on {within} of {len(table)} points"
+    assert within >= 61, f"the estimate now lands within 25% on {within} of {len(table)} points"
+    off = validate.rows(cost.Estimate().without("embedding_lookup"))
+    assert sum(validate.in_band(r.estimate_ratio) for r in off) >= 63
 
 
 def test_published_points_span_gpus_prompts_and_concurrency_and_cite_a_table():
