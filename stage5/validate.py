@@ -215,7 +215,8 @@ def term_shares() -> dict[str, float]:
 
 
 def plot_predicted_vs_measured(report: dict[str, object] | None = None, ax=None):
-    """Predicted against measured for both modes on log-log axes, with the y = x line and the 0.8-1.25 band."""
+    """Predicted against measured for both modes on log-log axes, with the y = x line and the 0.8-1.25 band (every
+    metric: a static batch's wall time is in seconds' range, a TPOT in milliseconds')."""
     import matplotlib.pyplot as plt
 
     report = report or summary()
@@ -227,11 +228,12 @@ def plot_predicted_vs_measured(report: dict[str, object] | None = None, ax=None)
     line = np.array([lo, hi])
     ax.fill_between(line, WITHIN[0] * line, WITHIN[1] * line, color="0.9", label="within 0.8-1.25x")
     ax.plot(line, line, color="k", lw=0.8, label="y = x")
-    for mode, colour, marker in (("floor", "C0", "v"), ("estimate", "C3", "o")):
-        for metric, fill in (("tpot_ms", True), ("ttft_ms", False)):
+    for mode, colour in (("floor", "C0"), ("estimate", "C3")):
+        for metric, marker, fill in (("tpot_ms", "o", True), ("ttft_ms", "o", False), ("batch_ms", "s", True)):
             sel = [p for p in pts if p["metric"] == metric]
             ax.scatter([p["measured"] for p in sel], [p[mode] for p in sel], color=colour if fill else "none",
-                       edgecolors=colour, marker=marker, label=f"{mode}, {metric.split('_')[0].upper()}")
+                       edgecolors=colour, marker=marker if mode == "estimate" else "v", s=14,
+                       label=f"{mode}, {METRICS[metric]}")
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlim(lo, hi)
