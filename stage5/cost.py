@@ -39,7 +39,16 @@ DEFAULT_PRICE_PER_GPU_HOUR = 3.0  # USD; the anchor the source text takes from n
 DEFAULT_MFU = 0.5  # an estimate: well-tuned large matmuls reach 50-70% of dense peak; decode kernels less
 # The course's anchor deployment, the source text's worked example: Llama 3 70B in BF16 on four H100 SXM GPUs.
 ANCHOR_MODEL, ANCHOR_GPU, ANCHOR_GPUS = "llama3-70b", "H100-SXM", 4
-RESERVE_PER_GPU_GiB = 8.0  # activations and workspace; 4 GPUs x 8 = the 32 GiB the source text leaves aside
+# The memory held back from the KV cache (activations, workspace), by policy (Deployment.memory_policy):
+# "fixed": the source text's 8 GiB per GPU (32 GiB on four H100s), the course's default, which the exercises state;
+# "card": vLLM's rule, the engine fills ``gpu_memory_utilization`` of each card, default 0.9
+#     (vllm/engine/arg_utils.py, EngineArgs.gpu_memory_utilization; "Engine Arguments" in vLLM's docs): on an
+#     80 GiB card the same 8 GiB, on a 24 GiB L4 only 2.4 GiB;
+# "free": TensorRT-LLM's rule, the KV cache takes ``kv_cache_free_gpu_mem_fraction`` of the memory left after the
+#     weights, default 0.9 (TensorRT-LLM's KvCacheConfig, free_gpu_memory_fraction).
+RESERVE_PER_GPU_GiB = 8.0
+GPU_MEMORY_UTILIZATION = 0.9
+MEMORY_POLICIES = ("fixed", "card", "free")
 
 
 # ------------------------------------------------------------------------------------------ estimate mode
@@ -59,8 +68,9 @@ class Estimate:
         to the step instead of overlapping the weight matmuls: KV / bandwidth + max(weights / bandwidth,
         linear FLOPs / FLOP/s) (Austin et al., "How to Scale Your Model", 2025, the inference chapter).
     ``allreduce``: tensor parallelism's two all-reduces per layer (Megatron-LM: after attention and after the
-        MLP), each a ring over the GPUs: 2(n-1)/n x message / link bandwidth + NCCL's latency. Link bandwidth and
-        latency are in :class:`stage5.hardware.Hardware`.
+        MLP), each by the algorithm an engine picks for its size (:func:`allreduce_one_s`: one-shot or two-shot
+        inside an NVLink domain, NCCL's ring otherwise, the network past one server). Link bandwidths and
+        latencies are in :class:`stage5.hardware.Hardware`.
     ``prefill_attention``: the causal attention FLOPs of prefill, quadratic in the prompt (the true floor,
         :func:`floor_deployment`, counts them too; the course's floor leaves them out, as the source text does).
     ``mixed_step``: under load, decode shares each step with other requests' prefill chunks (chunked prefill,
@@ -68,6 +78,10 @@ class Estimate:
         prompt tokens per output token, up to ``step_token_budget`` tokens per step.
     ``step_token_budget``: tokens one step may carry. 8,192: vLLM's default ``max_num_batched_tokens`` for its
         OpenAI-compatible server on GPUs with 70 GiB or more (vllm/engine/arg_utils.py, EngineArgs batch defaults).
+    ``embedding_lookup``: a step reads only the input-embedding rows its tokens look up, not the whole table
+        (an embedding is a gather: PyTorch's ``nn.Embedding``, vLLM's ``VocabParallelEmbedding``); a table tied to
+        the output head is still read whole by the head. Physics, not an efficiency: the true floor
+        (:func:`floor_deployment`) counts it too. The course's floor charges the whole table, as the source does.
     """
 
     bandwidth_fraction: float = 0.60
@@ -78,6 +92,7 @@ class Estimate:
     prefill_attention: bool = True
     mixed_step: bool = True
     step_token_budget: int = 8192
+    embedding_lookup: bool = True
 
     def __post_init__(self) -> None:
         for name in ("bandwidth_fraction", "prefill_mfu", "decode_mfu"):
@@ -100,13 +115,13 @@ class Estimate:
         with attention's KV reads added instead of overlapped."""
         base = cls()
         off = cls(bandwidth_fraction=1.0, prefill_mfu=mfu, decode_mfu=mfu, additive_attention=False, allreduce=False,
-                  prefill_attention=False, mixed_step=False)
+                  prefill_attention=False, mixed_step=False, embedding_lookup=False)
         _check_terms(terms)
         return replace(off, **{t: getattr(base, t) for t in terms})
 
 
 TERMS = ("bandwidth_fraction", "prefill_mfu", "decode_mfu", "additive_attention", "allreduce", "prefill_attention",
-         "mixed_step")  # the switchable terms, in the order a chapter adds them
+         "mixed_step", "embedding_lookup")  # the switchable terms, in the order a chapter adds them
 
 
 def _check_terms(terms: tuple[str, ...]) -> None:
@@ -119,14 +134,53 @@ class InfeasibleDeployment(ValueError):
     """A deployment that cannot run: the message names the resource that ran out and by how much."""
 
 
+# ------------------------------------------------------------------------------------ tensor-parallel rules
+def _kv_heads(model: ModelConfig) -> int:
+    """Key/value heads a tensor-parallel engine splits: MLA's one latent counts as one head (every GPU keeps it)."""
+    return 1 if model.is_mla else model.num_kv_heads
+
+
+def tp_allowed(model: ModelConfig, n: int) -> bool:
+    """Whether ``n``-way tensor parallelism is allowed, by vLLM's rule (vllm/model_executor/models/llama.py,
+    LlamaAttention.__init__, vLLM 0.5; the same in later versions): ``n`` divides the query heads, and divides the
+    KV heads when there are at least ``n`` of them, or is a multiple of them when there are fewer (the KV heads are
+    then replicated)."""
+    kv = _kv_heads(model)
+    return model.num_heads % n == 0 and (kv % n == 0 if kv >= n else n % kv == 0)
+
+
+def tp_degrees(model: ModelConfig) -> list[int]:
+    """Every tensor-parallel degree :func:`tp_allowed` accepts for ``model``."""
+    return [n for n in range(1, model.num_heads + 1) if tp_allowed(model, n)]
+
+
+def check_tp(model: ModelConfig, n: int) -> None:
+    """Raise :class:`InfeasibleDeployment` naming the rule and the allowed degrees if ``n`` is not allowed."""
+    if not tp_allowed(model, n):
+        raise InfeasibleDeployment(
+            f"{model.name} cannot be split {n} ways by tensor parallelism: the degree must divide the "
+            f"{model.num_heads} query heads and divide the {_kv_heads(model)} KV heads (or be a multiple of them, "
+            f"which replicates them), as vLLM requires; allowed: {', '.join(map(str, tp_degrees(model)))}")
+
+
+def kv_replication(model: ModelConfig, n: int) -> float:
+    """How many copies of each KV head ``n``-way tensor parallelism keeps: 1 up to the number of KV heads, then
+    n / KV heads (each GPU holds at least one head, vLLM's ``max(1, kv_heads // tp)``), so the KV bytes each GPU
+    holds and reads stop falling once n passes the KV heads."""
+    return max(1.0, n / _kv_heads(model))
+
+
 @dataclass(frozen=True)
 class Deployment:
     """A model served on ``num_gpus`` identical accelerators with tensor parallelism.
 
     ``weight_bytes`` is bytes per parameter (2 = BF16, 1 = FP8/INT8, 0.5 = INT4) and ``kv_bytes`` bytes per
     cached element, chosen separately. ``mfu`` is the fraction of dense peak FLOP/s actually reached.
-    ``reserve_GiB`` (default 8 GiB per GPU) is held back for activations and workspace. ``estimate``: ``None``
-    prices the floor; an :class:`Estimate` adds the terms a real server pays (its MFUs then replace ``mfu``).
+    The reserve held back for activations and workspace follows ``memory_policy`` (:data:`MEMORY_POLICIES`):
+    ``"fixed"`` (default) 8 GiB per GPU, the source text's; ``"card"`` (vLLM) ``1 - memory_utilization`` of
+    every card; ``"free"`` (TensorRT-LLM) ``1 - memory_utilization`` of what the weights leave. ``reserve_GiB``
+    (total over the GPUs) overrides all three. ``num_gpus`` must be a tensor-parallel degree the model allows (:func:`tp_allowed`). ``estimate``:
+    ``None`` prices the floor; an :class:`Estimate` adds the terms a real server pays (its MFUs replace ``mfu``).
     """
 
     model: ModelConfig
@@ -137,6 +191,8 @@ class Deployment:
     mfu: float = DEFAULT_MFU
     reserve_GiB: float | None = None
     estimate: Estimate | None = None
+    memory_utilization: float = GPU_MEMORY_UTILIZATION
+    memory_policy: str = "fixed"
 
     def __post_init__(self) -> None:
         if not isinstance(self.num_gpus, (int, np.integer)) or isinstance(self.num_gpus, bool) or self.num_gpus < 1:
@@ -146,6 +202,10 @@ class Deployment:
         inputs.positive(self.mfu, "mfu (a fraction of peak FLOP/s)", maximum=1.0)
         if self.reserve_GiB is not None:
             inputs.real(self.reserve_GiB, "reserve_GiB", low=0.0, accepted="None or a finite number of GiB >= 0")
+        inputs.positive(self.memory_utilization, "memory_utilization (a share of GPU memory)", maximum=1.0)
+        if self.memory_policy not in MEMORY_POLICIES:
+            raise ValueError(f"memory_policy {self.memory_policy!r} is not known; accepted: {', '.join(MEMORY_POLICIES)}")
+        check_tp(self.model, int(self.num_gpus))
 
     @classmethod
     def of(cls, model: str | ModelConfig, gpu: str | Hardware, num_gpus: int = 1, **kw: float) -> Deployment:
@@ -169,8 +229,15 @@ class Deployment:
 
     @property
     def reserve_bytes(self) -> float:
-        per_gpu = RESERVE_PER_GPU_GiB if self.reserve_GiB is None else self.reserve_GiB / self.num_gpus
-        return per_gpu * GiB * self.num_gpus
+        """Bytes held back from the KV cache over all GPUs (see the class docstring)."""
+        if self.reserve_GiB is not None:
+            return self.reserve_GiB * GiB
+        if self.memory_policy == "fixed":
+            return RESERVE_PER_GPU_GiB * GiB * self.num_gpus
+        spare = 1 - self.memory_utilization
+        if self.memory_policy == "card":
+            return spare * self.memory_bytes
+        return spare * max(0.0, self.memory_bytes - self.weight_total_bytes)
 
     @property
     def weight_total_bytes(self) -> float:
@@ -178,13 +245,15 @@ class Deployment:
 
     @property
     def kv_bytes_per_token(self) -> float:
-        return self.model.kv_bytes_per_token(self.kv_bytes)
+        """KV bytes one token occupies over all GPUs, replicated heads included (:func:`kv_replication`)."""
+        return self.model.kv_bytes_per_token(self.kv_bytes) * kv_replication(self.model, self.num_gpus)
 
 
 def floor_deployment(dep: Deployment) -> Deployment:
     """The true floor of ``dep``: the floor's formulas at peak FLOP/s (MFU 1) with prefill's causal attention
-    FLOPs counted, and no other estimate term, so no server can beat it."""
-    return replace(dep, mfu=1.0, estimate=Estimate.only("prefill_attention", mfu=1.0))
+    FLOPs counted and only the looked-up embedding rows read, and no other estimate term, so no server can beat
+    it."""
+    return replace(dep, mfu=1.0, estimate=Estimate.only("prefill_attention", "embedding_lookup", mfu=1.0))
 
 
 def estimate_deployment(dep: Deployment, estimate: Estimate | None = None) -> Deployment:
@@ -227,17 +296,31 @@ def experts_touched(num_experts: int, experts_per_token: int, tokens: ArrayLike)
     return num_experts * (1 - (1 - experts_per_token / num_experts) ** b)
 
 
+def embedding_rows_saved(model: ModelConfig, tokens: ArrayLike) -> np.ndarray:
+    """Input-embedding parameters a step carrying ``tokens`` tokens does *not* read: the lookup fetches one row
+    per token (at most ``tokens`` distinct rows, at most the vocabulary), not the table. Zero when the table is
+    tied to the output head, which multiplies by all of it every step."""
+    t = np.asarray(tokens, dtype=float)
+    if model.tie_embeddings:
+        return np.zeros_like(t)
+    return (model.vocab_size - np.minimum(t, model.vocab_size)) * model.hidden_size
+
+
 def weight_bytes_read(dep: Deployment, batch: ArrayLike = 1) -> np.ndarray:
-    """Weight bytes one decode step reads. Dense: all of them. MoE: shared weights plus the experts that at
-    least one of the ``batch`` tokens is routed to (:func:`experts_touched`, uniform routing)."""
+    """Weight bytes one step carrying ``batch`` tokens reads. Dense: all of them (the course's floor), or, with
+    the estimate's ``embedding_lookup`` term (estimate mode and the true floor), all but the input-embedding rows
+    no token looks up (:func:`embedding_rows_saved`). MoE: only the experts that at least one of the tokens is
+    routed to (:func:`experts_touched`, uniform routing)."""
     m = dep.model
     b = np.asarray(batch, dtype=float)
+    lookup = dep.estimate is not None and dep.estimate.embedding_lookup
+    unread = embedding_rows_saved(m, b) if lookup else np.zeros_like(b)
     if m.num_experts == 1:
-        return np.broadcast_to(dep.weight_total_bytes, b.shape).astype(float)
+        return (m.num_params - unread) * dep.weight_bytes
     expert = m._expert_params() * m.moe_layers  # one routed expert, summed over the MoE layers
     shared = m.num_params - m.num_experts * expert
     touched = experts_touched(m.num_experts, m.experts_per_token, b)
-    return (shared + touched * expert) * dep.weight_bytes
+    return (shared - unread + touched * expert) * dep.weight_bytes
 
 
 def decode_intensity_with_kv(dep: Deployment, batch: ArrayLike, context: ArrayLike) -> np.ndarray:
@@ -289,22 +372,70 @@ def achieved_flops(dep: Deployment, phase: str) -> float:
     return dep.gpu.flops(dep.weight_bytes) * mfu * dep.num_gpus
 
 
-def allreduce_s(dep: Deployment, tokens: ArrayLike) -> np.ndarray:
-    """Tensor-parallel all-reduce time of one step carrying ``tokens`` tokens (estimate mode; 0 otherwise).
+# The engine's own all-reduce inside one NVLink domain, as vLLM runs it (csrc/custom_all_reduce.cuh,
+# CustomAllreduce::allreduce, and vllm/distributed/device_communicators/custom_all_reduce.py): only on 2, 4, 6 or 8
+# fully connected GPUs and for messages up to 8 MiB (``max_size``); one-shot (every GPU reads every other's
+# message and reduces it) on 2 GPUs, below 512 KiB on up to 4 and below 256 KiB on up to 8; two-shot
+# (reduce-scatter, then all-gather) above. Larger messages, other GPU counts and PCIe go to NCCL's ring.
+CUSTOM_ALLREDUCE_GPUS = (2, 4, 6, 8)
+CUSTOM_ALLREDUCE_MAX_BYTES = 8 * 2**20
+ONE_SHOT_BELOW_BYTES = ((4, 512 * 2**10), (8, 256 * 2**10))  # (up to this many GPUs, messages below this size)
+ALLREDUCE_ALGORITHMS = ("one-shot", "two-shot", "ring", "ring across nodes")
 
-    Two all-reduces per layer (after attention, after the MLP) of tokens x hidden x 2 bytes (16-bit
-    activations). A ring all-reduce over n GPUs moves 2(n-1)/n of the message over each link and takes 2(n-1)
-    steps, each paying the link's per-hop latency, after a fixed launch latency (NCCL's tuning model).
+
+def allreduce_algorithm(gpu: Hardware, n: int, message_bytes: float) -> str:
+    """Which all-reduce an engine runs for ``message_bytes`` over ``n`` GPUs (:data:`ALLREDUCE_ALGORITHMS`)."""
+    if n > gpu.gpus_per_node:
+        return "ring across nodes"
+    if n <= gpu.nvlink_domain and n in CUSTOM_ALLREDUCE_GPUS and message_bytes <= CUSTOM_ALLREDUCE_MAX_BYTES:
+        if n == 2 or any(n <= k and message_bytes < limit for k, limit in ONE_SHOT_BELOW_BYTES):
+            return "one-shot"
+        return "two-shot"
+    return "ring"
+
+
+def allreduce_one_s(gpu: Hardware, n: int, message_bytes: ArrayLike) -> np.ndarray:
+    """Time of one all-reduce of ``message_bytes`` over ``n`` GPUs, by the algorithm :func:`allreduce_algorithm`
+    picks for each message.
+
+    one-shot: a fixed latency (``gpu.allreduce_latency_s``, flat in n) + each GPU reads the n - 1 other messages
+    over its links. two-shot: two such latencies + 2(n-1)/n of the message each way. ring (NCCL): its launch
+    latency + 2(n-1) steps of the link's per-hop latency + 2(n-1)/n of the message over each link. Across nodes,
+    NCCL's tuning model (src/graph/tuning.cc) charges 2 x nodes of the 2(n-1) steps at the network's latency
+    (``node_link_latency_s``) and the rest at the link's, and the bandwidth is the NIC's. Link bandwidths are per
+    direction, times the measured ``link_efficiency``.
     """
+    m = np.asarray(message_bytes, dtype=float)
+    if n == 1:
+        return np.zeros_like(m)
+    link = gpu.link_bandwidth * gpu.link_efficiency
+    share = 2 * (n - 1) / n
+    nodes = -(-n // gpu.gpus_per_node)
+    times = {
+        "one-shot": gpu.allreduce_latency_s + (n - 1) * m / link,
+        "two-shot": 2 * gpu.allreduce_latency_s + share * m / link,
+        "ring": gpu.collective_latency_s + 2 * (n - 1) * gpu.link_latency_s + share * m / link,
+        "ring across nodes": (gpu.collective_latency_s + (2 * (n - 1) - 2 * nodes) * gpu.link_latency_s
+                              + 2 * nodes * gpu.node_link_latency_s
+                              + share * m / (min(gpu.link_bandwidth, gpu.node_link_bandwidth) * gpu.link_efficiency)),
+    }
+    algo = np.vectorize(lambda x: allreduce_algorithm(gpu, n, float(x)), otypes=[object])(m)
+    out = np.zeros_like(m)
+    for name, t in times.items():
+        out = np.where(algo == name, t, out)
+    return out
+
+
+def allreduce_s(dep: Deployment, tokens: ArrayLike) -> np.ndarray:
+    """Tensor-parallel all-reduce time of one step carrying ``tokens`` tokens (estimate mode; 0 otherwise): two
+    all-reduces per layer (after attention, after the MLP; Megatron-LM) of tokens x hidden x 2 bytes (16-bit
+    activations), each priced by :func:`allreduce_one_s`."""
     n = dep.num_gpus
     x = np.asarray(tokens, dtype=float)
     if dep.estimate is None or not dep.estimate.allreduce or n == 1:
         return np.zeros_like(x)
-    gpu = dep.gpu
     message = x * dep.model.hidden_size * 2.0
-    one = (2 * (n - 1) / n * message / (gpu.link_bandwidth * gpu.link_efficiency)
-           + gpu.collective_latency_s + 2 * (n - 1) * gpu.link_latency_s)
-    return 2 * dep.model.num_layers * one
+    return 2 * dep.model.num_layers * allreduce_one_s(dep.gpu, n, message)
 
 
 def attention_flops(model: ModelConfig, new_tokens: ArrayLike, cached: ArrayLike = 0) -> np.ndarray:
@@ -428,18 +559,47 @@ def kv_budget_bytes(dep: Deployment) -> float:
     """
     budget = dep.memory_bytes - dep.weight_total_bytes - dep.reserve_bytes
     if budget <= 0:
+        where = (f"the weights alone ({dep.weight_total_bytes / GiB:.1f} GiB) exceed the GPUs' memory "
+                 f"({dep.memory_bytes / GiB:.1f} GiB); with the reserve ({dep.reserve_bytes / GiB:.1f} GiB, "
+                 f"{_reserve_rule(dep)}) they are short by {-budget / GiB:.1f} GiB"
+                 if dep.weight_total_bytes >= dep.memory_bytes else
+                 f"no memory is left for the KV cache: weights {dep.weight_total_bytes / GiB:.1f} GiB + reserve "
+                 f"{dep.reserve_bytes / GiB:.1f} GiB ({_reserve_rule(dep)}) exceed memory "
+                 f"{dep.memory_bytes / GiB:.1f} GiB by {-budget / GiB:.1f} GiB")
         raise InfeasibleDeployment(
-            f"{dep.model.name} does not fit on {dep.num_gpus} x {dep.gpu.name}: weights "
-            f"{dep.weight_total_bytes / GiB:.1f} GiB + reserve {dep.reserve_bytes / GiB:.1f} GiB exceed memory "
-            f"{dep.memory_bytes / GiB:.1f} GiB by {-budget / GiB:.1f} GiB. Add GPUs, quantize the weights "
-            f"(weight_bytes=1 or 0.5) or pick a smaller model.")
+            f"{dep.model.name} does not fit on {dep.num_gpus} x {dep.gpu.name}: {where}. Add GPUs, quantize the "
+            f"weights (weight_bytes=1 or 0.5) or pick a smaller model.")
     return budget
 
 
+def _reserve_rule(dep: Deployment) -> str:
+    if dep.reserve_GiB is not None:
+        return "reserve_GiB as given"
+    if dep.memory_policy == "fixed":
+        return f"{RESERVE_PER_GPU_GiB:g} GiB per GPU"
+    share = f"{1 - dep.memory_utilization:.0%}"
+    return (f"{share} of the cards, memory_utilization {dep.memory_utilization:g}" if dep.memory_policy == "card"
+            else f"{share} of the memory the weights leave, memory_utilization {dep.memory_utilization:g}")
+
+
+def check_batch_fits(dep: Deployment, batch: int, context: ArrayLike) -> None:
+    """Raise :class:`InfeasibleDeployment` saying which resource ran out if ``batch`` sequences of ``context``
+    tokens do not all fit: the weights and reserve (:func:`kv_budget_bytes`) or the KV-cache budget."""
+    budget = kv_budget_bytes(dep)
+    need = float(np.sum(np.broadcast_to(kv_bytes_per_sequence(dep, context), (int(batch),))))
+    if need > budget:
+        raise InfeasibleDeployment(
+            f"KV-cache memory ran out: {int(batch)} sequences of {context} tokens need {need / GiB:.1f} GiB of KV "
+            f"cache; {dep.num_gpus} x {dep.gpu.name} leave {budget / GiB:.1f} GiB after the weights and the reserve "
+            f"({_reserve_rule(dep)}). Lower the batch or context, quantize the cache, or add GPUs.")
+
+
 def kv_bytes_per_sequence(dep: Deployment, context: ArrayLike) -> np.ndarray:
-    """KV bytes one sequence of ``context`` tokens holds: context x bytes per token, except that layers with a
-    sliding window (Mistral-7B v0.1, Gemma-2's alternate layers) stop growing at the window."""
-    return np.asarray(dep.model.kv_bytes_per_sequence(np.asarray(context, dtype=float), dep.kv_bytes))
+    """KV bytes one sequence of ``context`` tokens holds over all GPUs: context x bytes per token, except that
+    layers with a sliding window (Mistral-7B v0.1, Gemma-2's alternate layers) stop growing at the window; heads
+    replicated by tensor parallelism (:func:`kv_replication`) count once per copy."""
+    one = dep.model.kv_bytes_per_sequence(np.asarray(context, dtype=float), dep.kv_bytes)
+    return np.asarray(one) * kv_replication(dep.model, dep.num_gpus)
 
 
 def max_concurrency(dep: Deployment, context: ArrayLike) -> np.ndarray:

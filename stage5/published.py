@@ -87,7 +87,9 @@ class ServingPoint:
     """One published measurement. Times in ms; ``tpot_ms`` is the time per output token (TPOT or inter-token
     latency), ``ttft_ms`` the time to first token where it is checked (None where the source gives none, and
     above concurrency 1, where other requests' prefills and queueing enter it). ``published_ttft_ms`` is the
-    row's TTFT as published at any concurrency, kept to show where requests queued."""
+    row's TTFT as published at any concurrency, kept to show where requests queued. ``batch_ms``: the wall time
+    of one static batch of ``concurrency`` requests, prefill and every output step (from a throughput figure:
+    batch x output / tokens per second). ``source_key`` names the entry of :data:`SOURCES`."""
 
     id: str
     model: str | ModelConfig
@@ -98,10 +100,33 @@ class ServingPoint:
     concurrency: int
     prompt: int
     output: int
-    tpot_ms: float
+    tpot_ms: float | None
     ttft_ms: float | None
     source: str
     published_ttft_ms: float | None = None
+    batch_ms: float | None = None
+    source_key: str = ""
+
+    @property
+    def static(self) -> bool:
+        """A static batch: all requests start together and none waits (no queueing rule applies)."""
+        return self.batch_ms is not None
+
+
+@dataclass(frozen=True)
+class Source:
+    """Where a set of points was published, how it was run, and whether the estimate's terms were chosen while
+    looking at it (``in_sample``). ``memory_policy`` and ``max_running`` are the engine's, for the queueing rule
+    (:func:`stage5.validate.queued`): a request beyond them waits."""
+
+    key: str
+    engine: str
+    address: str
+    version: str
+    setup: str
+    in_sample: bool
+    memory_policy: str = "fixed"
+    max_running: int | None = None
 
 
 def _llama2(name: str, hidden: int, layers: int, heads: int, kv_heads: int, ffn: int) -> ModelConfig:
@@ -167,13 +192,131 @@ NIM_KV_EVIDENCE = (("llama3.3-70b", 1000, 1000, 200), ("llama3.1-8b", 5000, 500,
 _NIM_DEPLOYMENTS = ((LLAMA33_70B, 2, NIM_70B_TABLES, "Llama-3.3-70b-instruct, 2 x H100 fp8 TP2"),
                     (LLAMA31_8B, 1, NIM_8B_TABLES, "Llama-3.1-8b-instruct, 1 x H100 fp8 TP1"))
 
+# ------------------------------------------------------------------------------------ held-out sources
+# Added for issue 29 after the estimate's terms were fixed; none of their rows set or tuned anything.
+
+# TensorRT-LLM's performance page at v0.6.1 (github.com/NVIDIA/TensorRT-LLM, docs/source/performance.md at the
+# v0.6.1 docs: "Peak Throughput" tables, updated for v0.6.1 on H100 and A100, v0.5 on L40S; "Low Latency" tables
+# from v0.5). Static batches run by gptSessionBenchmark: every request of the batch starts together, is prefilled,
+# then decoded to the output length; FP8 weights and an FP8 KV cache on H100 and L40S (the page's build flags
+# --enable_fp8 --fp8_kv_cache), FP16 on A100 (the page: remove those flags on A100). Every row of every table.
+# "LLaMA 7B"/"LLaMA 70B" are Llama 2 (the page's engine-building notes: "Llama2-7b, and Llama2-70b").
+GPTJ_6B = ModelConfig(
+    # EleutherAI/gpt-j-6b config.json: vocab 50,400, n_embd 4,096, n_layer 28, n_head 16 (head 256), MLP 4 x 4,096
+    # with GELU and biases, one LayerNorm per layer (attention and MLP in parallel), rotary, untied output head.
+    name="gpt-j-6b", vocab_size=50400, hidden_size=4096, num_layers=28, num_heads=16, num_kv_heads=16, head_dim=256,
+    intermediate_size=16384, gated_mlp=False, norm="layernorm", linear_bias=True, norms_per_layer=1,
+    max_position_embeddings=2048)
+FALCON_180B = ModelConfig(
+    # tiiuae/falcon-180B config.json: vocab 65,024, hidden 14,848, 80 layers, 232 query heads of 64, 8 KV heads
+    # (new_decoder_architecture), MLP 4 x hidden with GELU, no biases, two LayerNorms per layer, output head tied
+    # to the embedding (FalconForCausalLM ties lm_head).
+    name="falcon-180b", vocab_size=65024, hidden_size=14848, num_layers=80, num_heads=232, num_kv_heads=8, head_dim=64,
+    intermediate_size=59392, gated_mlp=False, norm="layernorm", tie_embeddings=True, max_position_embeddings=2048)
+_TRT_MODELS = {"GPT-J 6B": GPTJ_6B, "LLaMA 7B": LLAMA2_7B, "LLaMA 70B": LLAMA2_70B, "Falcon 180B": FALCON_180B}
+# {(gpu, weights/kv, per GPU?): ((model, batch, tp, input, output, output tokens/s), ...)}
+TRTLLM_THROUGHPUT = {
+    ("H100-SXM", "fp8", True): (  # "Throughput (out tok/s/GPU)"
+        ("GPT-J 6B", 1024, 1, 128, 128, 26150), ("GPT-J 6B", 120, 1, 128, 2048, 8011),
+        ("GPT-J 6B", 64, 1, 2048, 128, 2551), ("GPT-J 6B", 64, 1, 2048, 2048, 3327),
+        ("LLaMA 7B", 768, 1, 128, 128, 19694), ("LLaMA 7B", 112, 1, 128, 2048, 6818),
+        ("LLaMA 7B", 80, 1, 2048, 128, 2244), ("LLaMA 7B", 48, 1, 2048, 2048, 2740),
+        ("LLaMA 70B", 1024, 2, 128, 128, 2657), ("LLaMA 70B", 480, 4, 128, 2048, 1486),
+        ("LLaMA 70B", 96, 2, 2048, 128, 306), ("LLaMA 70B", 64, 2, 2048, 2048, 547),
+        ("Falcon 180B", 1024, 4, 128, 128, 987), ("Falcon 180B", 1024, 8, 128, 2048, 724),
+        ("Falcon 180B", 64, 4, 2048, 128, 112), ("Falcon 180B", 64, 4, 2048, 2048, 264)),
+    ("L40S", "fp8", False): (  # "Throughput (out tok/s)", v0.5
+        ("GPT-J 6B", 64, 1, 128, 128, 3630), ("GPT-J 6B", 64, 1, 128, 2048, 1859),
+        ("GPT-J 6B", 32, 1, 2048, 128, 616), ("GPT-J 6B", 32, 1, 2048, 2048, 757),
+        ("LLaMA 7B", 64, 1, 128, 128, 3240), ("LLaMA 7B", 64, 1, 128, 2048, 1622),
+        ("LLaMA 7B", 32, 1, 2048, 128, 581), ("LLaMA 7B", 16, 1, 2048, 2048, 531)),
+    # "Throughput (out tok/s)" as printed, FP16 (priced as 16-bit: same bytes and rate as BF16). The H100 table's
+    # header says per GPU and this one does not; it is read as printed. Were it per GPU too, the TP 2-8 rows'
+    # measured times would shrink by their TP, which the report's A100 share does not assume.
+    ("A100-80GB", "bf16", False): (
+        ("GPT-J 6B", 512, 1, 128, 128, 6374), ("GPT-J 6B", 120, 2, 128, 2048, 2192),
+        ("GPT-J 6B", 60, 1, 2048, 128, 670), ("GPT-J 6B", 64, 2, 2048, 2048, 903),
+        ("LLaMA 7B", 384, 1, 128, 128, 5586), ("LLaMA 7B", 60, 1, 128, 2048, 1928),
+        ("LLaMA 7B", 52, 1, 2048, 128, 591), ("LLaMA 7B", 64, 2, 2048, 2048, 782),
+        ("LLaMA 70B", 1280, 4, 128, 128, 670), ("LLaMA 70B", 240, 4, 128, 2048, 525),
+        ("LLaMA 70B", 120, 4, 2048, 128, 79),
+        ("Falcon 180B", 1024, 8, 128, 128, 232), ("Falcon 180B", 128, 8, 128, 2048, 180)),
+}
+# "Low Latency": batch 1, first-token latency in ms, {(gpu, format): ((model, tp, input, ms), ...)}.
+TRTLLM_FIRST_TOKEN = {
+    ("H100-SXM", "fp8"): (("GPT-J 6B", 1, 128, 7), ("GPT-J 6B", 1, 2048, 29), ("LLaMA 7B", 1, 128, 7),
+                          ("LLaMA 7B", 1, 2048, 36), ("LLaMA 70B", 4, 128, 26), ("LLaMA 70B", 4, 2048, 109),
+                          ("Falcon 180B", 8, 128, 27), ("Falcon 180B", 8, 2048, 205)),
+    ("L40S", "fp8"): (("GPT-J 6B", 1, 128, 12), ("GPT-J 6B", 1, 2048, 71), ("LLaMA 7B", 1, 128, 14),
+                      ("LLaMA 7B", 1, 2048, 73)),
+    ("A100-80GB", "bf16"): (("GPT-J 6B", 1, 128, 12), ("GPT-J 6B", 1, 2048, 129), ("LLaMA 7B", 1, 128, 16),
+                            ("LLaMA 7B", 1, 2048, 133), ("LLaMA 70B", 4, 128, 47), ("LLaMA 70B", 4, 2048, 377),
+                            ("Falcon 180B", 8, 128, 61), ("Falcon 180B", 8, 2048, 509)),
+}
+
+# vLLM's performance CI (buildkite.com/vllm/performance-benchmark/builds/9515), "Latency tests": input 32 tokens,
+# output 128, batch fixed at 8, mean end-to-end latency of the batch (benchmarks/benchmark_latency.py), BF16,
+# on H200. Every row of the table.
+VLLM_CI_LATENCY = ((LLAMA31_8B, 1, 833.421), (get_model("llama3-70b"), 4, 2077.53), (get_model("mixtral-8x7b"), 2, 1917.44))
+
+# dstack, "Benchmarking Llama 3.1 405B on 8x AMD MI300X GPUs" (2024-10-09; raw output github.com/dstackai/benchmarks,
+# amd/inference/vllm/data/serving_benchmarks_vllm_80.txt): vLLM 0.6.3.dev116 on ROCm 6.1, Llama-3.1-405B-Instruct
+# in BF16 on eight MI300X, tensor parallel over the eight, benchmark_serving.py sending every request at once
+# (num-prompts = concurrency), 80-token prompts. Every block of the file: (requests, generated tokens, mean TTFT
+# ms, mean TPOT ms); the output length is the block's generated tokens / requests.
+LLAMA31_405B = replace(get_model("llama3.1-405b"), name="llama3.1-405b")
+DSTACK_MI300X = ((1, 85, 314.58, 50.19), (2, 127, 372.80, 51.59), (4, 288, 397.54, 54.18), (8, 484, 646.20, 55.48),
+                 (16, 936, 1034.69, 63.38), (32, 1857, 1546.00, 87.10), (64, 3842, 2698.98, 230.16),
+                 (128, 7588, 5161.26, 298.29), (256, 15376, 11787.27, 389.49), (512, 30400, 27060.36, 419.23),
+                 (1024, 60121, 58452.87, 435.60), (2048, 119667, 128150.28, 461.09),
+                 (4096, 238678, 279193.20, 487.04))
+
+SOURCES: dict[str, Source] = {s.key: s for s in (
+    Source("nim", "NVIDIA NIM 1.8.0 (TensorRT-LLM)", "docs.nvidia.com/nim/benchmarking/llm/1.0.0/performance",
+           "NIM 1.8.0, AIPerf", "Llama 3.3 70B FP8 on 2 x H100 (TP2), Llama 3.1 8B FP8 on 1 x H100; five prompt/output "
+           "pairs x concurrency 1-250", in_sample=True),
+    Source("gpt-fast", "gpt-fast (PyTorch)", "github.com/pytorch-labs/gpt-fast README, 'Tensor Parallelism'",
+           "README table", "Llama 2 7B/70B BF16 on A100-80GB (330 W), TP 1-8, batch 1, 5-token prompt",
+           in_sample=True),
+    Source("trtllm-0.6", "TensorRT-LLM 0.6.1 (static batches)", "github.com/NVIDIA/TensorRT-LLM docs/source/performance.md",
+           "v0.6.1 (L40S and first-token tables: v0.5)", "GPT-J 6B, Llama 2 7B/70B, Falcon 180B; FP8 on H100 and L40S, "
+           "FP16 on A100; batch 1-1,280, TP 1-8, 128/2,048 in and out; gptSessionBenchmark", in_sample=False,
+           memory_policy="free"),
+    Source("vllm-ci", "vLLM (performance CI)", "buildkite.com/vllm/performance-benchmark/builds/9515", "CI build 9515",
+           "Llama 3.1 8B TP1, Llama 3 70B TP4, Mixtral 8x7B TP2, BF16 on H200; batch 8, 32 in, 128 out",
+           in_sample=False, memory_policy="card", max_running=256),
+    Source("dstack-mi300x", "vLLM 0.6.3 on ROCm (dstack)", "dstack.ai/blog/amd-mi300x-inference-benchmark; "
+           "github.com/dstackai/benchmarks amd/inference/vllm/data/serving_benchmarks_vllm_80.txt",
+           "vLLM 0.6.3.dev116, ROCm 6.1", "Llama 3.1 405B BF16 on 8 x MI300X (TP8), 80-token prompts, 1-4,096 "
+           "requests sent at once", in_sample=False, memory_policy="card", max_running=256),
+)}
+# vLLM's EngineArgs default max_num_seqs is 256 (vllm/engine/arg_utils.py, v0.5-0.6): past it requests wait.
+
 SERVING_POINTS: tuple[ServingPoint, ...] = (
     *(ServingPoint(f"gptfast-{m.name}-tp{n}", m, "A100-80GB", n, "bf16", "bf16", 1, 5, 200, 1000 / toks, None,
-                   f"{_GPT_FAST}: {m.name}, {n} GPU(s), {toks} tokens/s")
+                   f"{_GPT_FAST}: {m.name}, {n} GPU(s), {toks} tokens/s", source_key="gpt-fast")
       for (m, n), toks in _GPT_FAST_TOKS.items()),
     *(ServingPoint(f"nim-{model.name}-fp8-tp{n}-p{p}-o{o}-c{c}", model, "H100-SXM", n, "fp8", NIM_KV, c, p, o, itl,
                    ttft if c == 1 else None, f"{_NIM}, {section}, table '{p} Input Tokens / {o} Output Tokens', "
-                   f"concurrency {c}", ttft)
+                   f"concurrency {c}", ttft, source_key="nim")
       for model, n, tables, section in _NIM_DEPLOYMENTS
       for (p, o), table in tables.items() for c, ttft, itl in table),
+    *(ServingPoint(f"trtllm-{_TRT_MODELS[m].name}-{gpu}-{fmt}-tp{tp}-b{b}-p{i}-o{o}", _TRT_MODELS[m], gpu, tp, fmt,
+                   fmt, b, i, o, None, None, f"TensorRT-LLM 0.6.1 performance.md, table 'Peak Throughput', {gpu}: {m}, "
+                   f"batch {b}, TP {tp}, {i} in, {o} out, {toks:,} output tokens/s{' per GPU' if per_gpu else ''}",
+                   batch_ms=1e3 * b * o / (toks * (tp if per_gpu else 1)), source_key="trtllm-0.6")
+      for (gpu, fmt, per_gpu), table in TRTLLM_THROUGHPUT.items() for m, b, tp, i, o, toks in table),
+    *(ServingPoint(f"trtllm-{_TRT_MODELS[m].name}-{gpu}-{fmt}-tp{tp}-first-p{i}", _TRT_MODELS[m], gpu, tp, fmt, fmt, 1,
+                   i, 1, None, float(ms), f"TensorRT-LLM 0.6.1 performance.md, table 'Low Latency', {gpu}: {m}, TP {tp}, "
+                   f"{i} in, first-token latency {ms} ms", source_key="trtllm-0.6")
+      for (gpu, fmt), table in TRTLLM_FIRST_TOKEN.items() for m, tp, i, ms in table),
+    *(ServingPoint(f"vllmci-{m.name}-H200-tp{n}-b8", m, "H200", n, "bf16", "bf16", 8, 32, 128, None, None,
+                   f"vLLM performance CI build 9515, table 'Latency tests': {m.name} TP{n} on H200, mean {ms} ms",
+                   batch_ms=ms, source_key="vllm-ci")
+      for m, n, ms in VLLM_CI_LATENCY),
+    *(ServingPoint(f"dstack-{LLAMA31_405B.name}-MI300X-tp8-c{c}", LLAMA31_405B, "MI300X", 8, "bf16", "bf16", c, 80,
+                   max(1, round(gen / c)), tpot, ttft if c == 1 else None,
+                   f"dstack serving_benchmarks_vllm_80.txt, table of serving results, {c} requests: mean TPOT {tpot} ms, "
+                   f"mean TTFT {ttft} ms", ttft, source_key="dstack-mi300x")
+      for c, gen, ttft, tpot in DSTACK_MI300X),
 )

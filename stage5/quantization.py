@@ -41,20 +41,38 @@ from stage5.models import ModelConfig, get_model
 
 @dataclass(frozen=True)
 class WeightFormat:
-    """A weight format: bytes per parameter and whether the matmuls run at the low-precision rate."""
+    """A weight format: bits per weight, its scales, and whether the matmuls run at the low-precision rate.
+
+    Integer formats with group scales store one scale of ``scale_bytes`` per ``group_size`` weights (0: no
+    per-group scale; per-tensor or per-channel scales are a negligible share of the bytes), so a weight costs
+    bits / 8 + scale_bytes / group_size bytes: 4-bit weights with FP16 scales per 128 weights take 0.515625 bytes,
+    per 32 weights 0.5625.
+    """
 
     key: str
     label: str
-    bytes: float
+    bits: int
     low_precision_matmul: bool
+    group_size: int = 0
+    scale_bytes: float = 0.0
+
+    @property
+    def bytes(self) -> float:
+        """Bytes per weight, scales included."""
+        return self.bits / 8 + (self.scale_bytes / self.group_size if self.group_size else 0.0)
 
 
 WEIGHT_FORMATS: dict[str, WeightFormat] = {f.key: f for f in (
-    WeightFormat("bf16", "BF16", 2.0, False),
-    WeightFormat("fp8", "FP8 (W8A8-FP)", 1.0, True),
-    WeightFormat("int8", "INT8 (W8A8-INT)", 1.0, True),
-    WeightFormat("w8a16", "8-bit weights only (W8A16)", 1.0, False),
-    WeightFormat("int4", "INT4 weights only (W4A16)", 0.5, False),
+    WeightFormat("bf16", "BF16", 16, False),
+    WeightFormat("fp8", "FP8 (W8A8-FP)", 8, True),
+    WeightFormat("int8", "INT8 (W8A8-INT)", 8, True),
+    WeightFormat("w8a16", "8-bit weights only (W8A16)", 8, False),
+    # GPTQ and AWQ checkpoints store 4-bit weights with one FP16 scale per group of 128 weights along the input
+    # dimension (GPTQ, Frantar et al. 2023, and AWQ, Lin et al. 2024, both evaluate group size 128; it is the
+    # default of AutoAWQ's and AutoGPTQ's quantize configs). Zero points, where a checkpoint keeps them, add
+    # 4 bits per group more (0.4% here) and are left out.
+    WeightFormat("int4", "INT4 weights only (W4A16, FP16 scale per 128)", 4, False, group_size=128, scale_bytes=2.0),
+    WeightFormat("int4-g32", "INT4 weights only (W4A16, FP16 scale per 32)", 4, False, group_size=32, scale_bytes=2.0),
 )}
 
 KV_FORMATS: dict[str, float] = {"bf16": 2.0, "fp8": 1.0, "int8": 1.0}

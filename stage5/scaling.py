@@ -2,9 +2,16 @@
 model reads. Everything here is priced by :mod:`stage5.cost`; this module only sweeps it and names the results.
 
 Tensor parallelism (Megatron-LM style) splits every weight matrix over ``n`` GPUs: each GPU reads 1/n of the
-weights and of the KV cache and does 1/n of the arithmetic, so the per-GPU roofline (and its ridge) is the
-single GPU's, but every layer ends in two all-reduces whose time does not shrink with ``n``
-(:func:`stage5.cost.allreduce_s`, estimate mode only).
+weights and does 1/n of the arithmetic, so the per-GPU roofline (and its ridge) is the single GPU's. The KV cache
+splits by heads only up to the number of KV heads; past it the heads are replicated and each GPU's KV reads stop
+falling (:func:`stage5.cost.kv_replication`). The degree must be one the engine allows
+(:func:`stage5.cost.tp_degrees`). Every layer ends in two all-reduces whose time does not shrink with ``n``
+(:func:`stage5.cost.allreduce_s`, estimate mode only): flat in ``n`` inside one NVLink domain for small messages,
+then priced over the network past one server.
+
+Pipeline parallelism (:func:`pipeline_decode`) gives each of ``pp`` stages a contiguous share of the layers and
+passes activations from stage to stage: one message of batch x hidden per boundary instead of two all-reduces per
+layer, at the price of a token crossing the stages one after another.
 """
 
 from __future__ import annotations
@@ -15,8 +22,8 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from stage5 import cost
-from stage5.hardware import Hardware
-from stage5.models import ModelConfig
+from stage5.hardware import Hardware, get_gpu
+from stage5.models import ModelConfig, get_model
 
 
 @dataclass(frozen=True)
@@ -44,8 +51,9 @@ def tp_breakdown(model: str | ModelConfig, gpu: str | Hardware, gpus: Sequence[i
                  context: float = 0, weight_bytes: float = 2.0, kv_bytes: float = 2.0,
                  estimate: cost.Estimate | None = None) -> TPBreakdown:
     """Price one decode step of ``batch`` sequences of ``context`` tokens on each count in ``gpus``, in estimate
-    mode (``estimate`` defaults to :class:`stage5.cost.Estimate`). Counts must be positive integers; the cost
-    model does not check that they divide the model's heads, nor that they fit in one NVLink domain."""
+    mode (``estimate`` defaults to :class:`stage5.cost.Estimate`). Counts must be positive integers and
+    tensor-parallel degrees the model allows (:func:`stage5.cost.tp_degrees`; others are refused with the rule).
+    Counts past one server (``gpu.gpus_per_node``) pay the network in their all-reduces."""
     counts = np.asarray(gpus)
     if counts.ndim != 1 or counts.size == 0 or np.any(counts < 1) or np.any(counts != np.round(counts)):
         raise ValueError(f"gpus must be a non-empty list of positive whole GPU counts, got {gpus!r}")
@@ -89,3 +97,67 @@ def batch_for_expert_coverage(model: ModelConfig, fraction: float) -> int:
     # (1 - k/E)^B <= 1 - fraction, solved for B
     miss = 1 - model.experts_per_token / model.num_experts
     return int(np.ceil(np.log(1 - fraction) / np.log(miss)))
+
+
+# ------------------------------------------------------------------------------------ pipeline parallelism
+@dataclass(frozen=True)
+class PipelineDecode:
+    """Steady decode with ``tp``-way tensor parallelism inside each of ``pp`` pipeline stages (seconds).
+
+    ``stage_s``: one stage's step for one microbatch; ``p2p_s``: sending one microbatch's activations to the next
+    stage; ``tpot_s``: time between one sequence's tokens; ``bubble``: the share of time each stage idles;
+    ``throughput``: output tokens per second of the whole deployment.
+    """
+
+    tp: int
+    pp: int
+    microbatches: int
+    stage_s: float
+    p2p_s: float
+    tpot_s: float
+    bubble: float
+    throughput: float
+
+
+def pipeline_decode(model: str | ModelConfig, gpu: str | Hardware, tp: int, pp: int, batch: int, context: float,
+                    microbatches: int | None = None, weight_bytes: float = 2.0, kv_bytes: float = 2.0,
+                    estimate: cost.Estimate | None = None) -> PipelineDecode:
+    """Price decode of ``batch`` sequences split into ``microbatches`` (default ``pp``, at most the batch) groups
+    flowing through
+    ``pp`` stages of ``tp`` GPUs each, in estimate mode.
+
+    A stage holds 1/pp of the layers, so its step is 1/pp of the whole model's step on ``tp`` GPUs at the
+    microbatch's size (weights, KV reads, arithmetic and all-reduces all scale with layers; the embedding and the
+    output head, which sit in the first and last stage, are spread evenly: a simplification). Between stages one
+    message of microbatch x hidden x 2 bytes crosses the inter-node link (stages sit on different servers). A
+    microbatch's token needs every stage in turn, and a stage serves the microbatches one after another, so
+
+        TPOT = max(pp x (stage + p2p), microbatches x stage),
+
+    and a stage idles ``1 - microbatches x stage / TPOT`` of the time (the bubble): with fewer microbatches than
+    stages the pipeline cannot fill (Austin et al., "How to Scale Your Model", the inference chapter's treatment of
+    pipelining). Pipelining never shortens a token's path; it replaces tensor parallelism's per-layer all-reduces
+    over the slow link by one point-to-point message per stage boundary.
+    """
+    for name, value in (("tp", tp), ("pp", pp), ("batch", batch)):
+        if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value < 1:
+            raise ValueError(f"{name} must be a positive whole number, got {value!r}")
+    m = min(pp, batch) if microbatches is None else microbatches
+    if not isinstance(m, (int, np.integer)) or isinstance(m, bool) or not 1 <= m <= batch:
+        raise ValueError(f"microbatches must be a whole number from 1 to the batch ({batch}), got {microbatches!r}")
+    cfg = get_model(model)
+    if cfg.num_layers % pp:
+        raise ValueError(f"{cfg.name} has {cfg.num_layers} layers, which {pp} stages cannot share evenly; "
+                         f"allowed stage counts divide {cfg.num_layers}")
+    hw = get_gpu(gpu)
+    est = estimate or cost.Estimate()
+    dep = cost.Deployment(cfg, hw, tp, weight_bytes=weight_bytes, kv_bytes=kv_bytes, estimate=est)
+    micro = batch / m
+    stage = float(cost.decode_step(dep, micro, context).time_s) / pp
+    if pp == 1:
+        p2p = 0.0
+    else:
+        message = micro * cfg.hidden_size * 2.0
+        p2p = hw.node_link_latency_s + message / (hw.node_link_bandwidth * hw.link_efficiency)
+    tpot = max(pp * (stage + p2p), m * stage)
+    return PipelineDecode(tp, pp, m, stage, p2p, tpot, 1 - m * stage / tpot, batch / tpot)

@@ -121,8 +121,14 @@ def test_moe_reads_fewer_bytes_at_batch_one_than_it_holds():
 # ----------------------------------------------------------------------------------------- bad input
 def test_weights_that_do_not_fit_say_by_how_much():
     d = cost.Deployment.of("llama3-70b", "H100", 1)
-    with pytest.raises(cost.InfeasibleDeployment, match=r"exceed memory 80.0 GiB by 59.4 GiB"):
+    with pytest.raises(cost.InfeasibleDeployment, match=r"weights alone \(131.4 GiB\) exceed the GPUs' memory "
+                       r"\(80.0 GiB\); with the reserve .* short by 59.4 GiB"):
         cost.max_concurrency(d, 4096)
+    # FP8 weights fit the card but not beside a 20% reserve: the message names the resource and the rule
+    tight = cost.Deployment.of("llama3-70b", "H100", 1, weight_bytes=1, memory_utilization=0.8, memory_policy="card")
+    with pytest.raises(cost.InfeasibleDeployment, match=r"no memory is left for the KV cache: weights 65.7 GiB \+ "
+                       r"reserve 16.0 GiB \(20% of the cards, memory_utilization 0.8\) exceed memory 80.0 GiB"):
+        cost.max_concurrency(tight, 4096)
 
 
 @pytest.mark.parametrize("kw", [{"batch": 0}, {"batch": -3}, {"context": -1}, {"batch": np.nan}])

@@ -35,7 +35,9 @@ def test_tp_breakdown_divides_reads_by_n_and_adds_allreduces():
     bd = scaling.tp_breakdown("llama3-8b", "H100-SXM", GPUS, batch=1, context=1024)
     n = np.array(GPUS)
     assert bd.weights_s * n == pytest.approx(np.full(len(GPUS), bd.weights_s[0]))
-    assert bd.kv_s * n == pytest.approx(np.full(len(GPUS), bd.kv_s[0]))
+    # KV reads split over the 8 KV heads, then stop falling: past 8 GPUs each holds one replicated head
+    kv_heads = get_model("llama3-8b").num_kv_heads
+    assert bd.kv_s * np.minimum(n, kv_heads) == pytest.approx(np.full(len(GPUS), bd.kv_s[0]))
     assert bd.allreduce_s[0] == 0 and np.all(np.diff(bd.allreduce_s) > 0)
     # estimate mode adds the KV kernel and the all-reduces to the larger roofline term
     assert bd.tpot_s == pytest.approx(np.maximum(bd.weights_s, bd.compute_s) + bd.kv_s + bd.allreduce_s)

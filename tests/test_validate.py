@@ -8,18 +8,47 @@ import pytest
 from stage5 import cost, validate
 from stage5.__main__ import main
 from stage5.hardware import GPUS
-from stage5.published import NIM_KV_EVIDENCE, SERVING_POINTS
+from stage5.published import NIM_KV_EVIDENCE, SERVING_POINTS, SOURCES
 from stage5.quantization import deployment
 
 
 def test_validate_json_has_exactly_the_issue_shape(capsys):
     assert main(["validate", "--json"]) == 0
     report = json.loads(capsys.readouterr().out)
-    assert set(report) == {"points", "estimate_within_25pct", "floor_is_lower_bound"}
-    keys = {"id", "metric", "measured", "floor", "estimate", "floor_ratio", "estimate_ratio"}
+    assert set(report) == {"points", "estimate_within_25pct", "floor_is_lower_bound", "shares", "sources",
+                           "set_aside_queued", "static_batches_memory_model_rejects"}
+    keys = {"id", "metric", "measured", "floor", "estimate", "floor_ratio", "estimate_ratio", "source", "gpu"}
     assert report["points"] and all(set(p) == keys for p in report["points"])
     for p in report["points"]:
         assert p["floor_ratio"] == pytest.approx(p["floor"] / p["measured"])
+    shares = report["shares"]
+    assert set(shares) == {"by_source", "by_metric", "by_gpu", "source_balanced", "in_sample", "held_out"}
+    assert set(shares["by_source"]) == set(SOURCES) == set(report["sources"])
+    assert set(shares["by_metric"]) == {"TPOT/ITL", "TTFT", "throughput"}
+    assert all(set(s) >= {"address", "version", "setup", "in_sample"} for s in report["sources"].values())
+
+
+def test_shares_are_recomputed_from_the_rows():
+    table = validate.rows()
+    sh = validate.shares(table)
+    for key, group in sh["by_source"].items():
+        mine = [r for r in table if r.source == key]
+        assert group["points"] == len(mine)
+        assert group["within_25pct"] == pytest.approx(np.mean([0.8 <= r.estimate / r.measured <= 1.25 for r in mine]))
+        assert group["within_1.5x"] == pytest.approx(np.mean([1 / 1.5 <= r.estimate / r.measured <= 1.5 for r in mine]))
+    balanced = np.mean([g["within_25pct"] for g in sh["by_source"].values()])
+    assert sh["source_balanced"]["within_25pct"] == pytest.approx(balanced)
+    assert set(sh["in_sample"]["sources"]) | set(sh["held_out"]["sources"]) == set(SOURCES)
+    assert not set(sh["in_sample"]["sources"]) & set(sh["held_out"]["sources"])
+
+
+def test_four_or_more_independent_sources_beyond_nim_on_h100():
+    used = {(p.source_key, p.gpu) for p in SERVING_POINTS if not validate.queued(p)}
+    others = {s for s, g in used if s != "nim"}
+    assert len(others) >= 4
+    assert any(g.startswith("A100") for _, g in used) and any(g == "MI300X" for _, g in used)
+    held_out = [k for k, s in SOURCES.items() if not s.in_sample]
+    assert len(held_out) >= 3 and "vllm-ci" in held_out and "dstack-mi300x" in held_out
 
 
 def test_floor_is_at_or_below_every_published_latency():
@@ -28,18 +57,26 @@ def test_floor_is_at_or_below_every_published_latency():
     assert validate.summary()["floor_is_lower_bound"] is True
 
 
-@pytest.mark.xfail(strict=True, reason="issue 17's target is not met: with every row of both NIM tables whose "
-                   "requests fit, the estimate is within 25% on 63 of 79 points (79.7%). Strict: when the model "
-                   "reaches 80% this fails, and the marker must go.")
-def test_estimate_is_within_25_percent_on_at_least_80_percent_of_points():
-    assert validate.summary()["estimate_within_25pct"] >= validate.TARGET_SHARE == 0.8
+# Issue 29's targets, source-balanced over the five sources. Not met; each marker is strict, so the test fails
+# (and the marker must go) the day the estimate reaches its target. The measured shares are in the reasons.
+@pytest.mark.xfail(strict=True, reason="source-balanced, the estimate is within 25% on 57% of points (target 75%): "
+                   "in sample 75% (gpt-fast 71%, NIM 78%), held out 45% (TensorRT-LLM 0.6 35%, vLLM CI 100%, "
+                   "vLLM on MI300X 0%)")
+def test_estimate_is_within_25_percent_on_three_quarters_of_points_source_balanced():
+    assert validate.summary()["shares"]["source_balanced"]["within_25pct"] >= validate.TARGET_SHARE == 0.75
 
 
-def test_estimate_share_does_not_fall_below_the_recorded_one():
-    """A ratchet under the unmet 80% target: the 63 of 79 points recorded when the NIM tables were added."""
-    table = validate.rows()
-    within = sum(validate.in_band(r.estimate_ratio) for r in table)
-    assert within >= 63, f"the estimate now lands within 25% on {within} of {len(table)} points"
+@pytest.mark.xfail(strict=True, reason="source-balanced, the estimate is within x1.5 on 68% of points (target 90%): "
+                   "in sample 91%, held out 53% (TensorRT-LLM 0.6 58%, vLLM CI 100%, vLLM on MI300X 0%)")
+def test_estimate_is_within_x1_5_on_nine_tenths_of_points_source_balanced():
+    assert validate.summary()["shares"]["source_balanced"]["within_1.5x"] >= validate.TARGET_WIDE_SHARE == 0.9
+
+
+def test_recorded_shares_do_not_fall():
+    """A ratchet under the unmet targets: the source-balanced shares recorded when the held-out sources were
+    added (57% within 25%, 68% within x1.5). A change that lowers them must say why."""
+    balanced = validate.summary()["shares"]["source_balanced"]
+    assert balanced["within_25pct"] >= 0.565 and balanced["within_1.5x"] >= 0.675, balanced
 
 
 def test_published_points_span_gpus_prompts_and_concurrency_and_cite_a_table():
@@ -48,7 +85,7 @@ def test_published_points_span_gpus_prompts_and_concurrency_and_cite_a_table():
     assert {1, 8} <= {p.num_gpus for p in used}
     assert min(p.prompt for p in used) <= 16 and max(p.prompt for p in used) >= 4096
     assert sum(p.concurrency >= 100 for p in used) >= 10, "the issue asks for points at batch 100 and beyond"
-    assert all("table" in p.source and p.tpot_ms > 0 for p in SERVING_POINTS)
+    assert all("table" in p.source and any((getattr(p, m) or 0) > 0 for m in validate.METRICS) for p in SERVING_POINTS)
     assert len({p.id for p in SERVING_POINTS}) == len(SERVING_POINTS)
 
 
@@ -63,10 +100,16 @@ def test_queued_rows_are_the_ones_whose_requests_do_not_fit_and_their_ttft_shows
     assert excluded and all(validate.queued(p) for p in excluded)
     assert {r.id for r in validate.rows()}.isdisjoint(p.id for p in excluded)
     assert validate.queued(_nim("llama3.3-70b", 5000, 500, 100)) and not validate.queued(_nim("llama3.3-70b", 5000, 500, 50))
-    # the rule uses memory only; the published TTFT agrees: every set-aside row waited far longer than a lone request
+    # the rule uses memory and the engine's cap on running requests only; the published TTFT agrees: every
+    # set-aside row waited far longer than a lone request of its table
     for p in excluded:
-        alone = _nim(p.model.name, p.prompt, p.output, 1)
+        (alone,) = [q for q in SERVING_POINTS if q.source_key == p.source_key and q.model == p.model
+                    and q.num_gpus == p.num_gpus and q.prompt == p.prompt and q.concurrency == 1
+                    and (q.output == p.output or p.source_key == "dstack-mi300x")]
         assert p.published_ttft_ms > 3 * alone.ttft_ms, p.id
+    # vLLM runs at most 256 requests (max_num_seqs); the dstack rows past it are set aside, the 256 row is not
+    dstack = {p.concurrency: p for p in SERVING_POINTS if p.source_key == "dstack-mi300x"}
+    assert validate.queued(dstack[512]) and not validate.queued(dstack[256])
 
 
 @pytest.mark.parametrize("model,prompt,output,concurrency", NIM_KV_EVIDENCE)
@@ -104,7 +147,7 @@ def test_the_true_floor_counts_prefill_attention_at_peak():
 def test_each_term_switches_off_alone_and_matters_somewhere(term):
     on, off = cost.Estimate(), cost.Estimate().without(term)
     assert getattr(off, term) in (False, 1.0)
-    changed = [p.id for p in SERVING_POINTS for m in ("tpot_ms", "ttft_ms")
+    changed = [p.id for p in SERVING_POINTS for m in validate.METRICS if getattr(p, m) is not None
                if validate.predict_ms(p, m, "estimate", on) != validate.predict_ms(p, m, "estimate", off)]
     assert changed, f"switching off {term} changed no prediction"
 
