@@ -177,9 +177,9 @@ def describe_stall_reach(share: float, percentile: float = 99) -> str:
     fraction of all gaps that ended at a stalling step. A percentile sees them only if more than the
     ``100 - percentile`` per cent of gaps beyond it are stalls; otherwise it reads an ordinary step."""
     beyond = 100 - percentile
-    said = f"{100 * share:.2f}% of all gaps between tokens ended at such a stall"
+    said = f"{100 * share:.2f}% of all gaps between tokens ended at a step that fed a long prompt whole"
     if 100 * share > beyond:
-        return f"{said}, more than the {beyond:g}% beyond p{percentile:g}, so p{percentile:g} ITL was a stall"
+        return f"{said}, more than the {beyond:g}% beyond p{percentile:g}, so p{percentile:g} ITL was such a stall"
     return (f"{said}, no more than the {beyond:g}% beyond p{percentile:g}, so p{percentile:g} ITL fell short of the "
             "stalls and only the worst gap shows them")
 

@@ -101,7 +101,7 @@ def test_stall_reach_words_follow_the_share(share):
     say which, and print the share at enough digits that 0.98% never reads as "1.0%, no more than 1%"."""
     words = claims.describe_stall_reach(share)
     assert words.startswith(f"{100 * share:.2f}% of all gaps")
-    assert ("so p99 ITL was a stall" in words) == (share > 0.01)
+    assert ("so p99 ITL was such a stall" in words) == (share > 0.01)
     assert ("only the worst gap shows them" in words) == (share <= 0.01)
     assert "because" not in words
 
