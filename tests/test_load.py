@@ -214,7 +214,14 @@ def test_chunking_prediction_meets_the_worst_gap_and_says_when_p99_sees_it():
     gap of every answer, so it sees the stalls only when more than 1% of the gaps end at one: below that,
     chunking leaves p99 where it was however much it cuts the worst gap (the 0.97x chapter 4 once measured
     against a prediction of 6.8x)."""
-    from stage5.engine.bench_load import LoadSpec, latency, load_model, predicted_chunking, serve, stalled_gap_share
+    from stage5.engine.bench_load import (
+        LoadSpec,
+        latency,
+        load_model,
+        predicted_chunking,
+        serve,
+        stalled_gap_share,
+    )
 
     spec = LoadSpec(**STALL_SPEC_ARGS)
     pred = predicted_chunking(CAL, spec)
