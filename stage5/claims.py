@@ -172,6 +172,18 @@ def describe_chunking(arithmetic_bound: bool, itl_gain: float, tpot_gain: float,
     }
 
 
+def describe_stall_reach(share: float, percentile: float = 99) -> str:
+    """Whether a long prompt's stalls could reach a percentile of the gaps between tokens: ``share`` is the
+    fraction of all gaps that ended at a stalling step. A percentile sees them only if more than the
+    ``100 - percentile`` per cent of gaps beyond it are stalls; otherwise it reads an ordinary step."""
+    beyond = 100 - percentile
+    said = f"{100 * share:.2f}% of all gaps between tokens ended at a step that fed a long prompt whole"
+    if 100 * share > beyond:
+        return f"{said}, more than the {beyond:g}% beyond p{percentile:g}, so p{percentile:g} ITL was such a stall"
+    return (f"{said}, no more than the {beyond:g}% beyond p{percentile:g}, so p{percentile:g} ITL fell short of the "
+            "stalls and only the worst gap shows them")
+
+
 def describe_share(shares: Sequence[float], threshold: float = 0.7) -> dict[str, str]:
     """Chapter 2's batch-1 verdict from weight-streaming shares measured round by round (each round the stream
     and the step back to back): the median, the spread, and the words, which never claim more than the rounds

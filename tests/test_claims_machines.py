@@ -95,6 +95,17 @@ def test_chunking_words_match_their_numbers(itl, tpot, ttft, cost):
     assert "because" not in " ".join(words.values())
 
 
+@pytest.mark.parametrize("share", [0.0, 0.0034, 0.0098, 0.01, 0.0129, 0.2])
+def test_stall_reach_words_follow_the_share(share):
+    """p99 of the gaps between tokens reads a stall only when more than 1% of the gaps ended at one; the words
+    say which, and print the share at enough digits that 0.98% never reads as "1.0%, no more than 1%"."""
+    words = claims.describe_stall_reach(share)
+    assert words.startswith(f"{100 * share:.2f}% of all gaps")
+    assert ("so p99 ITL was such a stall" in words) == (share > 0.01)
+    assert ("only the worst gap shows them" in words) == (share <= 0.01)
+    assert "because" not in words
+
+
 def _fluid_queue(cal: Calibration, relative=(0.25, 0.5, 1.0, 2.0), n=40, mean_out=72, longest=768):
     """A deterministic queue for the roofline toy on ``cal``: saturation from the predicted cost of a request
     at a full batch, p99 TTFT from the backlog the last arrivals find, throughput capped at saturation."""

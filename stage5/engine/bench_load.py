@@ -43,7 +43,7 @@ ENGINES = {  # name -> (allocator, scheduler, chunked)
     "paged_continuous": ("paged", "continuous", False),
     "paged_continuous_chunked": ("paged", "continuous", True),
 }
-KEYS = ("throughput", "ttft_p50", "ttft_p99", "tpot_p50", "tpot_p99", "itl_p99", "goodput")
+KEYS = ("throughput", "ttft_p50", "ttft_p99", "tpot_p50", "tpot_p99", "itl_p99", "itl_max", "goodput")
 TPOT_TARGET_STEPS = 6.0  # TPOT target: this many predicted batch-1 decode steps of the roofline toy
 TTFT_TARGET_X = 3.0  # TTFT target: this many times the predicted prefill of the longest prompt
 
@@ -93,23 +93,45 @@ def sweep(model, cfg, cal, spec: LoadSpec, wall: bool = True) -> dict:
     engines: dict[str, dict[str, list[float]]] = {}
     outputs = None
     for name in ENGINES:
-        rows: dict[str, list[float]] = {k: [] for k in (*KEYS, "preemptions")}
+        rows: dict[str, list[float]] = {k: [] for k in (*KEYS, "preemptions", "stalled_gap_share")}
         for rate in spec.rates:
             run = serve(model, cfg, spec, name, rate, VirtualClock(cal, ROOFLINE_TOY))
             outputs = outputs or run.outputs
             if run.outputs != outputs:
                 raise RuntimeError(f"{name} at rate {rate} produced different tokens: scheduling must not change them")
-            lat = run.latency(ttft_target, tpot_target)
+            lat = latency(run, ttft_target, tpot_target)
             for k in KEYS:
                 rows[k].append(lat[k])
             rows["preemptions"].append(run.preemptions)
+            rows["stalled_gap_share"].append(stalled_gap_share(run, spec.token_budget))
             if wall:
-                lat = serve(model, cfg, spec, name, rate, WallClock()).latency(ttft_target, tpot_target)
+                lat = latency(serve(model, cfg, spec, name, rate, WallClock()), ttft_target, tpot_target)
                 for k in KEYS:
                     rows.setdefault(f"wall_{k}", []).append(lat[k])
         engines[name] = rows
     return {"rates": list(spec.rates), "engines": engines, "targets": {"ttft_s": ttft_target, "tpot_s": tpot_target},
             "summary": summarize(list(spec.rates), engines, mean_output(spec))}
+
+
+def latency(run: RunResult, ttft_target: float, tpot_target: float) -> dict[str, float]:
+    """The run's latency summary plus ``itl_max``, the single longest gap between two tokens of one answer."""
+    gaps = [g for t in run.requests.values() for g in t.gaps]
+    return {**run.latency(ttft_target, tpot_target), "itl_max": max(gaps, default=0.0)}
+
+
+def stalled_gap_share(run: RunResult, budget: int) -> float:
+    """Share of all gaps between tokens (the population ITL percentiles are taken over) that ended at a step in
+    which one sequence fed more than ``budget`` tokens: a prompt the chunked engine would have split, stalling
+    every decode beside it. p99 ITL sees such stalls only when this share exceeds 1%."""
+    seen: set[int] = set()
+    stalled = 0
+    for step in run.steps_log:
+        over = any(n > budget for n in step.fed)
+        for i in step.sampled:
+            stalled += over and i in seen  # a later token of a request: the step ended one of its gaps
+            seen.add(i)
+    gaps = sum(len(t.gaps) for t in run.requests.values())
+    return stalled / gaps if gaps else 0.0
 
 
 def mean_output(spec: LoadSpec) -> float:
@@ -122,7 +144,8 @@ def summarize(rates: list[float], engines: dict, mean_output: float) -> dict[str
 
     Saturation is the most requests per second paged+continuous completes (its best throughput over the
     mean answer length). Chunked prefill is compared at every swept rate from half of that up, and the rate
-    where its p99 TPOT gains least is reported (the conservative choice), with p99 ITL beside it.
+    where its p99 TPOT gains least is reported (the conservative choice), with p99 ITL, the worst gap
+    (``itl_max``) and the share of the plain engine's gaps that a long prompt stalled beside it.
     """
     base, chunk = engines["paged_continuous"], engines["paged_continuous_chunked"]
     sat_rate = max(base["throughput"]) / mean_output
@@ -137,6 +160,8 @@ def summarize(rates: list[float], engines: dict, mean_output: float) -> dict[str
             "chunked_tpot_p99_gain": gain("tpot_p99", worst),
             "chunked_tpot_p99_gain_best": max(gain("tpot_p99", i) for i in past_half),
             "chunked_itl_p99_gain": gain("itl_p99", worst),
+            "chunked_itl_max_gain": gain("itl_max", worst),
+            "plain_stalled_gap_share": base["stalled_gap_share"][worst],
             "chunked_ttft_p50_cost": chunk["ttft_p50"][worst] / base["ttft_p50"][worst] if base["ttft_p50"][worst] else 0.0,
             "chunked_throughput_cost": 1 - chunk["throughput"][worst] / base["throughput"][worst],
             "paged_goodput_over_static": max(base["goodput"]) / max(max(engines["contiguous_static"]["goodput"]), 1e-12)}
@@ -252,3 +277,28 @@ def chapter_sweep(n: int = 40, relative: tuple[float, ...] = (0.25, 0.5, 1.0, 2.
     report["predicted_saturation"] = saturation
     report["relative_rates"] = list(relative)
     return report, spec, cal
+
+
+def predicted_chunking(cal, spec: LoadSpec) -> dict[str, float]:
+    """Chapter 4's prediction for chunked prefill, made before the sweep from the step model and the very
+    workload and budget the sweep serves (the requests ``spec`` draws, not the bounds of its distribution).
+
+    * ``stall_s``: a step feeding the longest prompt actually drawn whole; ``chunk_s``: a step feeding
+      ``spec.token_budget`` tokens, what the chunked engine runs instead. Their ratio, ``gain``, is the
+      predicted cut in the worst gap between tokens (``itl_max``); both ignore the decodes running beside.
+    * p99 ITL is taken over every gap of every answer (``gaps`` in all), so a stall reaches it only if more
+      than one gap in a hundred ends at one: the ``long_prompts`` (longer than the budget) must each stall
+      more than ``decoders_needed`` running sequences on average. Otherwise p99 sees ordinary steps.
+    """
+    from stage5.engine.roofline_toy import ROOFLINE_TOY
+    from stage5.step_model import predict_step
+
+    requests = make_arrivals(spec.n, spec.prompt, spec.output, rate=1.0, seed=spec.seed, max_tokens=spec.max_tokens)
+    budget, longest = spec.token_budget, max(len(r.prompt) for r in requests)
+    stall = float(predict_step(cal, ROOFLINE_TOY, 1, longest, tokens_per_seq=longest).time_s)
+    chunk = float(predict_step(cal, ROOFLINE_TOY, 1, budget, tokens_per_seq=budget).time_s)
+    long_prompts = sum(len(r.prompt) > budget for r in requests)
+    gaps = sum(r.output_len - 1 for r in requests)
+    return {"longest_prompt": longest, "budget": budget, "stall_s": stall, "chunk_s": chunk, "gain": stall / chunk,
+            "chunk_steps": -(-longest // budget), "long_prompts": long_prompts, "gaps": gaps,
+            "decoders_needed": gaps / 100 / long_prompts if long_prompts else float("inf")}
