@@ -1,6 +1,10 @@
-"""Fixtures shared by the engine, prefix-caching and speculative-decoding tests."""
+"""Fixtures shared by several test modules: the engine's tiny models and requests, a private calibration cache, and
+the one book build of a session."""
 
 import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -8,6 +12,8 @@ from hypothesis import settings
 
 from stage5.engine.model import generate
 from tests.test_engine import make_model, make_requests
+
+BOOK_ROOT = Path(__file__).resolve().parents[1]
 
 # CI explores the same examples on every run, so a submission cannot fail on an input no earlier run tried;
 # locally each run draws new ones (set CI=true to replay CI's). Each test keeps its own example count.
@@ -40,3 +46,21 @@ def _private_calibration_cache(tmp_path_factory):
     patch.setenv("STAGE5_CACHE_DIR", str(tmp_path_factory.mktemp("stage5-cache")))
     yield
     patch.undo()
+
+
+@pytest.fixture(scope="session")
+def built_book(tmp_path_factory) -> tuple[Path, str]:
+    """Build the book once per session, clean, executing every chapter; return (html folder, build log). The
+    executed notebooks are beside the html folder, in ``jupyter_execute`` (tests/test_predictions.py reads them)."""
+    out = tmp_path_factory.mktemp("book")
+    jb = Path(sys.executable).with_name("jupyter-book")
+    # No --keep-going: a failed or timed-out cell must fail the build. The chapters calibrate this machine
+    # afresh into a private cache, so the build never reads a calibration taken under other conditions.
+    cmd = [str(jb) if jb.exists() else "jupyter-book", "build", str(BOOK_ROOT), "--path-output", str(out),
+           "--warningiserror"]
+    env = {**os.environ, "STAGE5_CACHE_DIR": str(out / "stage5-cache")}
+    # The timeout only stops a hung build; the cells' own limit is execute.timeout in _config.yml.
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=1800, cwd=BOOK_ROOT, env=env)
+    log = proc.stdout + proc.stderr
+    assert proc.returncode == 0, f"jupyter-book build failed:\n{log[-6000:]}"
+    return out / "_build" / "html", log

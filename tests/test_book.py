@@ -11,7 +11,6 @@ from __future__ import annotations
 import functools
 import http.server
 import json
-import os
 import re
 import shutil
 import subprocess
@@ -44,23 +43,6 @@ def _config() -> dict:
 
 def _notebook(name: str) -> dict:
     return json.loads((BOOK / f"{name}.ipynb").read_text())
-
-
-@pytest.fixture(scope="session")
-def built_book(tmp_path_factory) -> tuple[Path, str]:
-    """Build the book once, clean, executing every chapter; return (html folder, build log)."""
-    out = tmp_path_factory.mktemp("book")
-    jb = Path(sys.executable).with_name("jupyter-book")
-    # No --keep-going: a failed or timed-out cell must fail the build. The chapters calibrate this machine
-    # afresh into a private cache, so the build never reads a calibration taken under other conditions.
-    cmd = [str(jb) if jb.exists() else "jupyter-book", "build", str(ROOT), "--path-output", str(out),
-           "--warningiserror"]
-    env = {**os.environ, "STAGE5_CACHE_DIR": str(out / "stage5-cache")}
-    # The timeout only stops a hung build; the cells' own limit is execute.timeout in _config.yml.
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=1800, cwd=ROOT, env=env)
-    log = proc.stdout + proc.stderr
-    assert proc.returncode == 0, f"jupyter-book build failed:\n{log[-6000:]}"
-    return out / "_build" / "html", log
 
 
 # ------------------------------------------------------------------------------------------- the build
