@@ -8,6 +8,7 @@ here coerces silently: ``True`` is not the integer 1, ``"3"`` is not 3, and 4096
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import numbers
 import re
@@ -113,34 +114,138 @@ class OneLineParser(argparse.ArgumentParser):
         self.exit(2, f"error: {self.prog}: {message} (see {self.prog} --help)\n")
 
 
-def arg_int(minimum: int = 1) -> Callable[[str], int]:
-    """An argparse ``type`` for integers >= ``minimum`` whose error says what is accepted."""
-    accepted = "a positive integer" if minimum == 1 else f"an integer >= {minimum}"
+def _bound_note(why: str | None) -> str:
+    return f" ({why})" if why else ""
+
+
+def arg_int(minimum: int = 1, maximum: int = MAX_COUNT, why: str | None = None) -> Callable[[str], int]:
+    """An argparse ``type`` for integers in [minimum, maximum] whose error says what is accepted (and, with
+    ``why``, where the upper bound comes from)."""
+    low = "a positive integer" if minimum == 1 else f"an integer >= {minimum}"
+    accepted = f"{low} and <= {maximum:,}" + _bound_note(why) if maximum < MAX_COUNT else low
 
     def parse(text: str) -> int:
         try:
             value = int(text)
         except ValueError:
-            raise argparse.ArgumentTypeError(f"must be {accepted}, got {text!r}") from None
-        if value < minimum:
-            raise argparse.ArgumentTypeError(f"must be {accepted}, got {text!r}")
+            raise argparse.ArgumentTypeError(f"must be {accepted}, got {text[:40]!r}") from None
+        if value < minimum or value > maximum:
+            raise argparse.ArgumentTypeError(f"must be {accepted}, got {text[:40]!r}")
         return value
     return parse
 
 
-def arg_real(low: float = 0.0, high: float = math.inf, low_open: bool = True) -> Callable[[str], float]:
-    """An argparse ``type`` for finite numbers in (low, high] (or [low, high] with ``low_open=False``)."""
+def arg_real(low: float = 0.0, high: float = math.inf, low_open: bool = True,
+             why: str | None = None) -> Callable[[str], float]:
+    """An argparse ``type`` for finite numbers in (low, high] (or [low, high] with ``low_open=False``); ``why``
+    says where the bounds come from."""
     lo = "(" if low_open else "["
     accepted = (f"a finite number {'>' if low_open else '>='} {low:g}" if math.isinf(high)
-                else f"a finite number in {lo}{low:g}, {high:g}]")
+                else f"a finite number in {lo}{low:g}, {high:g}]") + _bound_note(why)
 
     def parse(text: str) -> float:
         try:
             value = float(text)
         except ValueError:
-            raise argparse.ArgumentTypeError(f"must be {accepted}, got {text!r}") from None
+            raise argparse.ArgumentTypeError(f"must be {accepted}, got {text[:40]!r}") from None
         too_low = value <= low if low_open else value < low
         if not math.isfinite(value) or too_low or value > high:
-            raise argparse.ArgumentTypeError(f"must be {accepted}, got {text!r}")
+            raise argparse.ArgumentTypeError(f"must be {accepted}, got {text[:40]!r}")
         return value
     return parse
+
+
+def run_command(main: Callable[[], int]) -> NoReturn:
+    """Exit with ``main()``'s status; a reader that closes the pipe early (``... | head -1``) ends the program
+    quietly with status 141 (128 + SIGPIPE, what a shell reports for a program stopped by a closed pipe)."""
+    import os
+    import sys
+
+    try:
+        code = main()
+        sys.stdout.flush()
+    except BrokenPipeError:
+        # Python would print a traceback when it flushes stdout at exit; point stdout at /dev/null first.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        sys.exit(141)
+    sys.exit(code)
+
+
+# ------------------------------------------------------------------------------------------ JSON and files
+def dumps(value: Any, **kwargs: Any) -> str:
+    """``json.dumps`` that refuses NaN and infinity (they are not JSON): every JSON the course prints goes
+    through here, so a non-finite number is a loud bug, never a file other tools cannot read."""
+    return json.dumps(value, allow_nan=False, **kwargs)
+
+
+# The largest config.json in the course's registry is about 1 kB, and the biggest real ones (with per-layer lists)
+# tens of kB; 1 MiB is far above any, and small enough to read and scan at once.
+CONFIG_LIMIT_BYTES = 2**20
+MAX_JSON_DEPTH = 64  # a config.json nests three or four levels (rope_scaling, quantization_config)
+
+
+def loads_json(text: str, what: str) -> Any:
+    """``json.loads`` with one-line errors, and nesting beyond :data:`MAX_JSON_DEPTH` refused before parsing."""
+    depth = deepest = 0
+    in_string = escaped = False
+    for ch in text:  # brackets outside strings; a linear scan, so 100,000 nested arrays cannot recurse
+        if in_string:
+            if escaped:
+                escaped = False
+            elif ch == "\\":
+                escaped = True
+            elif ch == '"':
+                in_string = False
+        elif ch == '"':
+            in_string = True
+        elif ch in "[{":
+            depth += 1
+            if depth > MAX_JSON_DEPTH:
+                raise InputError(f"{what} nests more than {MAX_JSON_DEPTH} levels deep; accepted: a JSON object "
+                                 "as a config.json holds (a few levels)")
+        elif ch in "]}":
+            depth -= 1
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as err:
+        raise InputError(f"{what} is not valid JSON: {err}") from None
+    except (ValueError, RecursionError) as err:  # e.g. an integer literal too long to convert
+        raise InputError(f"{what}: {str(err).splitlines()[0]}") from None
+
+
+def read_small_file(path: Any, limit: int, what: str = "file") -> str:
+    """The text of ``path``, a regular file of at most ``limit`` bytes, in UTF-8.
+
+    Checked before reading: a directory, a FIFO (which would block), a device such as /dev/zero (which never
+    ends) or a file past the limit is refused in one line. FileNotFoundError passes through.
+    """
+    import os
+    import stat
+    from pathlib import Path
+
+    path = Path(path)
+    try:
+        info = path.stat()
+    except FileNotFoundError:
+        raise FileNotFoundError(f"no {what} at {path}") from None
+    except OSError as err:
+        raise InputError(f"cannot read {path}: {err.strerror or err}") from None
+    if stat.S_ISDIR(info.st_mode):
+        raise InputError(f"{path} is a directory; accepted: the path of a {what}")
+    if not stat.S_ISREG(info.st_mode):
+        raise InputError(f"{path} is not a regular file (a pipe or a device); accepted: the path of a {what}")
+    if info.st_size > limit:
+        raise InputError(f"{path} is {info.st_size:,} bytes; accepted: a {what} of at most {limit:,} bytes")
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))  # never block, even if swapped for a FIFO
+        with os.fdopen(fd, "rb") as f:
+            data = f.read(limit + 1)
+    except OSError as err:
+        raise InputError(f"cannot read {path}: {err.strerror or err}") from None
+    if len(data) > limit:
+        raise InputError(f"{path} is over {limit:,} bytes; accepted: a {what} of at most {limit:,} bytes")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise InputError(f"{path} is not UTF-8 text: {err}") from None

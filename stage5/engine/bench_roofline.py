@@ -14,7 +14,7 @@ import statistics
 import sys
 from dataclasses import dataclass
 
-from stage5.calibrate import Calibration
+from stage5.calibration import Calibration
 from stage5.models import ModelConfig
 
 BATCHES = (1, 2, 4, 8, 16, 32, 64)
