@@ -12,7 +12,6 @@ the measurement in memory.
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import platform
@@ -89,7 +88,7 @@ class Calibration:
             raise InvalidCalibration(f"{_field('rows')} has {len(self.rows)} entries but {_field('rates')} has "
                                      f"{len(self.rates)}; accepted: one rate per row count")
         rows = [inputs.integer(r, _field("rows"), minimum=1, maximum=MAX_ROWS) for r in self.rows]
-        if any(b <= a for a, b in zip(rows, rows[1:])):
+        if any(b <= a for a, b in zip(rows, rows[1:], strict=False)):
             raise InvalidCalibration(f"{_field('rows')} must be strictly increasing, got {list(self.rows)!r}")
         for r in self.rates:
             inputs.positive(r, _field("rates") + " (FLOP/s)", MAX_RATE)

@@ -155,6 +155,27 @@ def arg_real(low: float = 0.0, high: float = math.inf, low_open: bool = True,
     return parse
 
 
+# Bounds shared by the benchmarks' flags, each from what one CPU can do in a sitting.
+MAX_BENCH_REQUESTS = 10_000  # the default runs take tens of seconds for 64 requests: 10,000 is hours of CPU
+MAX_ROUNDS = 1_000  # rounds and repeats of a timing loop: medians settle within tens; 1,000 is hours
+
+
+def arg_threads() -> Callable[[str], int]:
+    """torch CPU threads: at most this machine's cores (more threads than cores only slow small steps down)."""
+    import os
+
+    cores = os.cpu_count() or 1
+    return arg_int(1, cores, why=f"this machine has {cores} cores; more threads than cores make timings meaningless")
+
+
+def arg_requests() -> Callable[[str], int]:
+    return arg_int(1, MAX_BENCH_REQUESTS, why="a benchmark of more requests takes hours on a CPU")
+
+
+def arg_rounds() -> Callable[[str], int]:
+    return arg_int(1, MAX_ROUNDS, why="medians settle within tens of rounds; 1,000 is hours of CPU")
+
+
 def run_command(main: Callable[[], int]) -> NoReturn:
     """Exit with ``main()``'s status; a reader that closes the pipe early (``... | head -1``) ends the program
     quietly with status 141 (128 + SIGPIPE, what a shell reports for a program stopped by a closed pipe)."""
@@ -173,10 +194,32 @@ def run_command(main: Callable[[], int]) -> NoReturn:
 
 
 # ------------------------------------------------------------------------------------------ JSON and files
+def _non_finite(value: Any, where: str = "") -> str | None:
+    """Where the first NaN or infinity in ``value`` sits (``engines.paged.ttft_p50[2]``), or None."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return where or "the value"
+    if isinstance(value, dict):
+        items = ((f"{where}.{k}" if where else str(k), v) for k, v in value.items())
+    elif isinstance(value, (list, tuple)):
+        items = ((f"{where}[{i}]", v) for i, v in enumerate(value))
+    else:
+        return None
+    for path, v in items:
+        found = _non_finite(v, path)
+        if found:
+            return found
+    return None
+
+
 def dumps(value: Any, **kwargs: Any) -> str:
     """``json.dumps`` that refuses NaN and infinity (they are not JSON): every JSON the course prints goes
-    through here, so a non-finite number is a loud bug, never a file other tools cannot read."""
-    return json.dumps(value, allow_nan=False, **kwargs)
+    through here, so a non-finite number is one line naming where it is, never a file other tools cannot read."""
+    try:
+        return json.dumps(value, allow_nan=False, **kwargs)
+    except ValueError:
+        where = _non_finite(value)
+        raise InputError(f"the result holds a non-finite number at {where}, which JSON cannot carry; "
+                         "accepted inputs give finite results (this is a bug if the inputs were valid)") from None
 
 
 # The largest config.json in the course's registry is about 1 kB, and the biggest real ones (with per-layer lists)
@@ -187,7 +230,7 @@ MAX_JSON_DEPTH = 64  # a config.json nests three or four levels (rope_scaling, q
 
 def loads_json(text: str, what: str) -> Any:
     """``json.loads`` with one-line errors, and nesting beyond :data:`MAX_JSON_DEPTH` refused before parsing."""
-    depth = deepest = 0
+    depth = 0
     in_string = escaped = False
     for ch in text:  # brackets outside strings; a linear scan, so 100,000 nested arrays cannot recurse
         if in_string:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import math
 
 from stage5.calibration import Calibration
+from stage5.inputs import InputError
 from stage5.models import ModelConfig
 
 
@@ -27,7 +28,7 @@ class WallClock:
 
     def wait_until(self, t: float) -> None:
         if not math.isfinite(t):
-            raise ValueError(f"a request arrives at {t!r} s on the clock; accepted: a finite time")
+            raise InputError(f"a request arrives at {t!r} s on the clock; accepted: a finite time")
         self.now = max(self.now, t)
 
     def advance(self, duration: float) -> float:
@@ -37,10 +38,10 @@ class WallClock:
         1e-300 requests/s) a millisecond step adds nothing, and every latency would come out as zero.
         """
         if not (math.isfinite(duration) and duration >= 0):
-            raise ValueError(f"a step lasting {duration!r} s; accepted: a finite duration >= 0 (check the calibration)")
+            raise InputError(f"a step lasting {duration!r} s; accepted: a finite duration >= 0 (check the calibration)")
         later = self.now + duration
         if duration > 0 and later == self.now:
-            raise ValueError(f"a step of {duration:.3g} s vanishes on a clock reading {self.now:.3g} s (float64 "
+            raise InputError(f"a step of {duration:.3g} s vanishes on a clock reading {self.now:.3g} s (float64 "
                              "keeps 16 digits); accepted: arrival times that keep the run within about 1e9 s")
         self.now = later
         return duration
