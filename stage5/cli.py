@@ -84,16 +84,10 @@ def model_main(argv: list[str]) -> int:
     return 0
 
 
-# Bounds on deploy's numbers, from what is built and sold.
-# Tensor parallelism all-reduces every layer's activations, so it runs inside one NVLink domain; the largest
-# built is GB200 NVL72's 72 GPUs (NVIDIA, "GB200 NVL72" product page: "72 Blackwell GPUs ... a single NVLink
-# domain"). Engines' tensor_parallel_size is usually 8 or less (vLLM docs, "Distributed inference and serving").
-MAX_GPUS = 72
+# Bounds on deploy's numbers: the GPU count and the price are shared with the library (stage5.inputs).
+MAX_GPUS, MIN_PRICE, MAX_PRICE = inputs.MAX_GPUS, inputs.MIN_PRICE, inputs.MAX_PRICE
 # An MFU below 0.1% means the GPU does essentially nothing; the course's floors use 0.5 and real decode 0.05-0.6.
 MIN_MFU = 1e-3
-# USD per GPU-hour: cloud list prices for an H100 or B200 are a few dollars; $1,000 is far past any, and a
-# price below one cent per GPU-hour is not a rental.
-MIN_PRICE, MAX_PRICE = 0.01, 1000.0
 
 
 def diagnose_deployment(dep: cost.Deployment, context: int, batch: int, prompt: int | None = None,
@@ -101,12 +95,12 @@ def diagnose_deployment(dep: cost.Deployment, context: int, batch: int, prompt: 
     """TTFT, TPOT, bound, max concurrency and $/M output tokens of a deployment at a batch and context."""
     if not isinstance(dep, cost.Deployment):
         raise inputs.InputError(f"dep must be a stage5.cost.Deployment, got {type(dep).__name__}")
-    inputs.positive_int(dep.num_gpus, "num_gpus", maximum=MAX_GPUS)
+    inputs.gpus(dep.num_gpus)
     context = inputs.positive_int(context, "context", maximum=dep.model.max_position_embeddings)
     batch = inputs.positive_int(batch, "batch")
     if prompt is not None:
-        prompt = inputs.positive_int(prompt, "prompt", maximum=context)
-    price = inputs.real(price, "price (USD per GPU-hour)", low=MIN_PRICE, high=MAX_PRICE)
+        prompt = inputs.positive_int(prompt, "prompt (a part of the context)", maximum=context)
+    price = inputs.price(price, "price")
     max_seqs = int(cost.max_concurrency(dep, context))
     if batch > max_seqs:
         per_seq = float(cost.kv_bytes_per_sequence(dep, context))  # a sliding window caps what a sequence holds

@@ -98,6 +98,71 @@ def choice(value: Any, name: str, options: list[str] | tuple[str, ...]) -> str:
     return value
 
 
+# ------------------------------------------------------------------------------------------ arrays
+def reals(value: Any, name: str, *, low: float = -math.inf, high: float = math.inf, low_open: bool = False,
+          accepted: str | None = None) -> Any:
+    """``value`` (a number or an array of numbers) as a float ndarray, every element finite and in bounds.
+
+    The array version of :func:`real`, for the cost model's functions that broadcast: a bool, a string or a
+    NaN anywhere is refused in one sentence naming the argument, never turned into NaN or infinity later.
+    """
+    import numpy as np
+
+    lo = "(" if low_open else "["
+    what = accepted or (f"a finite number {'>' if low_open else '>='} {low:g}" if math.isinf(high)
+                        else f"finite numbers in {lo}{low:g}, {high:g}]")
+    if isinstance(value, (bool, np.bool_, str, bytes)):
+        raise InputError(f"{name} must be {what}, got {value!r} ({type(value).__name__})")
+    try:
+        a = np.asarray(value, dtype=float)
+    except (TypeError, ValueError):
+        raise InputError(f"{name} must be {what}, got {str(value)[:60]!r} ({type(value).__name__})") from None
+    if np.asarray(value).dtype == bool:
+        raise InputError(f"{name} must be {what}, got booleans")
+    ok = np.isfinite(a) & (a > low if low_open else a >= low) & (a <= high)
+    if not np.all(ok):
+        bad = a[~ok].flat[0] if a.ndim else a
+        raise InputError(f"{name} must be {what}, got {float(bad)!r}" + (" (in an array)" if a.ndim else ""))
+    return a
+
+
+def counts(value: Any, name: str, minimum: float = 1.0) -> Any:
+    """Token or sequence counts (numbers or arrays) in [minimum, 2**53]: a batch of less than one sequence, or a
+    count past what a float holds exactly, is refused rather than priced as an infinite or a NaN."""
+    return reals(value, name, low=minimum, high=float(MAX_COUNT),
+                 accepted=f"a count in [{minimum:g}, 2**53] (a finite number, or an array of them)")
+
+
+# Bounds the public cost functions and the command line share, each from what is built or sold.
+# Tensor parallelism all-reduces every layer's activations, so it runs inside one NVLink domain: vLLM's guide sets
+# the tensor-parallel size to the GPUs in one node and spans nodes with pipeline parallelism (docs v0.8.3,
+# "Distributed Inference and Serving"). The largest NVLink domain built is GB200 NVL72's: 72 Blackwell GPUs
+# joined by NVLink Switch trays in one rack (NVIDIA GB200 NVL72 product page).
+MAX_GPUS = 72
+# USD per GPU-hour: cloud list prices for an H100 or B200 are a few dollars; $1,000 is far past any, and below a
+# cent per GPU-hour is not a rental.
+MIN_PRICE, MAX_PRICE = 0.01, 1000.0
+# Bytes per stored number: from 1-bit formats (0.125) to float64 (8).
+MIN_BYTES_PER_NUMBER, MAX_BYTES_PER_NUMBER = 0.125, 8.0
+
+
+def gpus(value: Any, name: str = "num_gpus") -> int:
+    """A tensor-parallel GPU count: an integer in [1, :data:`MAX_GPUS`] (one NVLink domain)."""
+    return integer(value, f"{name} (tensor-parallel GPUs in one NVLink domain, at most {MAX_GPUS} as in GB200 NVL72)",
+                   minimum=1, maximum=MAX_GPUS)
+
+
+def price(value: Any, name: str = "price_per_gpu_hour") -> float:
+    """USD per GPU-hour in [MIN_PRICE, MAX_PRICE]."""
+    return real(value, f"{name} (USD per GPU-hour)", low=MIN_PRICE, high=MAX_PRICE)
+
+
+def bytes_per_number(value: Any, name: str) -> float:
+    return real(value, name, low=MIN_BYTES_PER_NUMBER, high=MAX_BYTES_PER_NUMBER,
+                accepted=f"bytes per number in [{MIN_BYTES_PER_NUMBER:g}, {MAX_BYTES_PER_NUMBER:g}] "
+                         "(1-bit to float64)")
+
+
 def within_context(tokens: int, limit: int, what: str, model: str) -> None:
     """Refuse a sequence longer than the model's maximum position (``max_position_embeddings``)."""
     if tokens > limit:
