@@ -79,5 +79,6 @@ def kv_transfer_s(dep: cost.Deployment, prompt: cost.ArrayLike, link_bytes_per_s
     each GPU over its own link of ``link_bytes_per_s`` (default: a 400 Gb/s network port per GPU)."""
     p = cost._positive(prompt, "prompt")
     # from a 10 Mb/s link to 1 PB/s, past any network port or NVLink (1.8 TB/s per GPU on Blackwell)
-    inputs.real(link_bytes_per_s, "link_bytes_per_s (bytes/s)", low=1e6, high=1e15)
+    inputs.real(link_bytes_per_s, "link_bytes_per_s", low=1e6, high=1e15,
+                accepted="a positive bandwidth in [1e6, 1e15] bytes/s")
     return p * dep.kv_bytes_per_token / (link_bytes_per_s * dep.num_gpus)

@@ -122,7 +122,8 @@ def end_to_end_gain(model: str | ModelConfig, gpu: str | Hardware, num_gpus: int
     ``prompt``, ``output`` and ``batch`` broadcast. In the batch case each deployment runs its own largest
     batch whose KV cache fits at the full sequence length (prompt + output), whatever ``batch`` says: the fair
     comparison, since a BF16 baseline held below its own ceiling makes any format look better. Where
-    ``batch`` does not fit the BF16 baseline the result is NaN.
+    ``batch`` does not fit the BF16 baseline the result is NaN in an array (a hole in a plotted sweep); a
+    single point that does not fit raises :class:`~stage5.cost.InfeasibleDeployment` instead.
 
     ``estimate``: the gain in estimate mode (``cost.Estimate()`` for the default terms), where costs such as
     the all-reduces do not shrink with the format.
