@@ -79,7 +79,9 @@ def _table(results: dict[str, RunResult]) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = OneLineParser(prog="python -m stage5 bench prefix", description=__doc__.splitlines()[0])
     parser.add_argument("--seed", type=arg_int(0), default=0)
-    parser.add_argument("--scale", type=arg_real(0.0, 100.0), default=1.0, help="multiply the number of requests")
+    parser.add_argument("--scale", type=arg_real(0.01, 100.0, low_open=False,
+                                                 why="at 0.01 every workload is down to its minimum of two requests"),
+                        default=1.0, help="multiply the number of requests, 0.01 to 100")
     parser.add_argument("--threads", type=arg_threads(), default=1, help="torch CPU threads (default 1)")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
