@@ -682,7 +682,7 @@ def test_the_refusal_honours_the_sliding_window(capsys):
     assert "needs 3.0 GiB" in err and "4,096-token sliding window" in err
 
 
-FLAG_BOUNDS = {"requests": 10_000, "rounds": 1_000, "threads": os.cpu_count() or 1, "k": 64, "max_k": 64,
+FLAG_BOUNDS = {"blocks": 2**20, "requests": 10_000, "rounds": 1_000, "threads": os.cpu_count() or 1, "k": 64, "max_k": 64,
                "max_batch": 4096, "block_size": 4096}
 
 

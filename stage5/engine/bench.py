@@ -109,7 +109,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = OneLineParser(prog="python -m stage5 bench", description=__doc__.splitlines()[0])
     parser.add_argument("--requests", type=arg_requests(), default=WorkloadSpec.n, help="number of requests")
     parser.add_argument("--seed", type=arg_int(0), default=0, help="workload seed (>= 0)")
-    parser.add_argument("--blocks", type=arg_int(), default=DEFAULT_BLOCKS, help="K/V pool size in blocks")
+    parser.add_argument("--blocks", type=arg_int(1, 2**20, why="a million blocks of 16 tokens is 128 GiB of the "
+                                                     "roofline toy's float32 K/V, past a desktop's memory"),
+                        default=DEFAULT_BLOCKS, help="K/V pool size in blocks, at most 1,048,576")
     parser.add_argument("--block-size", type=arg_int(1, 4096, why="vLLM's blocks hold 16 to 128 tokens"),
                         default=DEFAULT_BLOCK_SIZE, help="tokens per block")
     parser.add_argument("--max-batch", type=arg_int(1, 4096, why="the workload has at most thousands of requests"),
