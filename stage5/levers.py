@@ -220,7 +220,7 @@ def lever_ranking(model: str | ModelConfig = cost.ANCHOR_MODEL, gpu: str | Hardw
     good = int(cost.max_concurrency(dep, seq))
     if good < 1:
         raise cost.InfeasibleDeployment(
-            f"not one sequence of {seq:,} tokens fits: it needs {seq * dep.kv_bytes_per_token / 2**30:.1f} GiB of "
+            f"not one sequence of {seq:,} tokens fits: it needs {float(cost.kv_bytes_per_sequence(dep, seq)) / 2**30:.1f} GiB of "
             f"KV cache and {cost.kv_budget_bytes(dep) / 2**30:.1f} GiB is free after weights and reserve")
 
     def usd(d: cost.Deployment, c: float) -> float:
