@@ -184,4 +184,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from stage5.inputs import run_command
+
+    run_command(main)

@@ -27,7 +27,6 @@ times the longest prompt's prefill, both predicted for the roofline toy.
 
 from __future__ import annotations
 
-import sys
 from dataclasses import dataclass, field
 
 import torch
@@ -229,7 +228,9 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from stage5.inputs import run_command
+
+    run_command(main)
 
 
 def chapter_sweep(n: int = 40, rates: tuple[float, ...] = (1.0, 2.0, 4.0, 8.0)) -> tuple[dict, LoadSpec, object]:

@@ -9,7 +9,6 @@ reported, so a burst of other work on the machine hits every batch size alike.
 from __future__ import annotations
 
 import statistics
-import sys
 from dataclasses import dataclass
 
 from stage5.calibration import Calibration
@@ -141,4 +140,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from stage5.inputs import run_command
+
+    run_command(main)
