@@ -462,7 +462,10 @@ def max_concurrency(dep: Deployment, context: ArrayLike) -> np.ndarray:
     """Sequences of ``context`` tokens whose KV cache fits at once (floor); 0 if not even one fits."""
     s = _positive(context, "context")
     fit = np.floor(kv_budget_bytes(dep) / kv_bytes_per_sequence(dep, s))
-    return np.minimum(fit, inputs.MAX_COUNT).astype(np.int64)  # capped before the cast: int64 cannot wrap
+    if np.any(fit > inputs.MAX_COUNT):  # checked before the int64 cast, which would wrap to a negative count
+        raise inputs.InputError(f"{float(np.max(fit)):.3g} sequences would fit on {dep.num_gpus:,} GPUs, past 2**53 "
+                                f"(beyond that a count is not exact); accepted: at most {inputs.MAX_GPUS} GPUs")
+    return fit.astype(np.int64)
 
 
 # ------------------------------------------------------------------------------------ throughput and $

@@ -927,3 +927,12 @@ def test_allocators_and_pools_are_built_small_or_refused(tiny, kind, a, b):
             DraftModelDrafter(tiny, CFG, num_blocks=a, block_size=b)
     except (ValueError, TypeError) as err:
         assert str(err) and "\n" not in str(err)
+
+
+def test_a_count_past_int64_is_refused_not_wrapped():
+    """A billion billion GPUs (the library's Deployment takes any count): max_concurrency would wrap int64 to a
+    negative number; it says why instead."""
+    huge = cost.Deployment.of("llama3-8b", "H100", 2**60)
+    with pytest.raises(ValueError, match="past 2\\*\\*53"):
+        cost.max_concurrency(huge, 1)
+    assert int(cost.max_concurrency(cost.Deployment.of("llama3-8b", "H100", 72), 1)) > 0
