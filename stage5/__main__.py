@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 
 from stage5 import __version__
-from stage5.inputs import OneLineParser
+from stage5.inputs import InputError, OneLineParser, run_command
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -51,7 +51,10 @@ def main(argv: list[str] | None = None) -> int:
         return run(rest)
     except SystemExit as stop:  # a subcommand's argparse: --help exits 0, a bad argument exits 2 after one line
         return stop.code if isinstance(stop.code, int) else 2
+    except InputError as err:  # a value checked past the flags (a run's clock, a pool's size, a JSON number)
+        print(f"error: python -m stage5 {args.command}: {err}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    run_command(main)

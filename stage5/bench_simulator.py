@@ -8,11 +8,10 @@ in JupyterLab with the browser's performance tools). Not a test: timings depend 
 
 from __future__ import annotations
 
-import argparse
-import json
 import statistics
 import time
 
+from stage5.inputs import OneLineParser, arg_rounds, dumps, run_command
 from stage5.simulator import Simulator
 
 # A learner's session in miniature: every kind of control, including the slow paths (a format change, a big
@@ -41,14 +40,14 @@ def run(repeats: int = 3) -> dict[str, float]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m stage5.bench_simulator", description=__doc__.splitlines()[0])
-    parser.add_argument("--repeats", type=int, default=3, help="passes over the sweep (default 3)")
+    parser = OneLineParser(prog="python -m stage5.bench_simulator", description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=arg_rounds(), default=3, help="passes over the sweep, 1 to 1,000 (default 3)")
     parser.add_argument("--json", action="store_true", help="print JSON")
     args = parser.parse_args(argv)
     report = run(args.repeats)
-    print(json.dumps(report) if args.json else "\n".join(f"{k}: {v:,.1f}" for k, v in report.items()))
+    print(dumps(report) if args.json else "\n".join(f"{k}: {v:,.1f}" for k, v in report.items()))
     return 0
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    run_command(main)

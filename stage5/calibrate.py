@@ -11,16 +11,24 @@ Timings are best-of-N, so a busy neighbour makes them pessimistic, never optimis
 
 from __future__ import annotations
 
-import json
 import os
 import platform
 import time
-from dataclasses import asdict, dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
 
+from stage5.calibration import (  # noqa: F401 - the record and its cache, re-exported for the chapters
+    CALIBRATION_VERSION,
+    THREADS,
+    Calibration,
+    InvalidCalibration,
+    cache_dir,
+    cache_path,
+    machine_key,
+    read_cache,
+    write_cache,
+)
 from stage5.hardware import Hardware
 
 if TYPE_CHECKING:
@@ -86,8 +94,6 @@ def toy_deployment(cfg: ModelConfig, machine: Hardware | None = None) -> Deploym
 # All on one thread: on a shared or small machine, more threads than free cores make timings erratic, and a
 # chapter that calibrates with one thread count and runs with another measures two different machines.
 
-THREADS = 1
-CALIBRATION_VERSION = 2  # bump when what is measured changes, so stale caches are not reused
 ROWS = (1, 2, 4, 8, 16, 32, 64, 128, 256)  # token rows per matmul: batch x tokens per sequence
 # Above the last-level cache of any desktop or laptop CPU: the largest, AMD's Ryzen 9 7950X3D, has 128 MB of L3
 # (AMD product page). A few server parts hold more; there the toy's weights may partly stay in cache.
@@ -170,101 +176,14 @@ def measure_matmul_rates(cfg, rows: tuple[int, ...] = ROWS, repeats: int = 3) ->
     return {r: flops_per_row * r / best[r] for r in rows}
 
 
-def hollow_config(cfg):
-    """``cfg`` with every matrix shrunk to almost nothing and the op graph kept: same layers, heads, vocab."""
-    from dataclasses import replace
-
-    return replace(cfg, name=f"{cfg.name}-hollow", hidden_size=4 * cfg.num_heads, head_dim=4,
-                   intermediate_size=4 * cfg.num_heads)
-
-
-def measure_overhead(cfg, batches: tuple[int, int] = (1, 64), rounds: int = 5) -> tuple[float, float]:
-    """(seconds per step, seconds per sequence per step) of a decode step whose matrices cost nothing.
-
-    Serves ``batch`` short requests on a hollow copy of ``cfg`` through the paged, continuous engine and fits
-    the median decode step time as a + b * batch from two batch sizes, interleaved round by round.
-    """
-    from stage5.engine.engine import Engine
-    from stage5.engine.roofline_toy import build
-    from stage5.engine.sequence import Request
-
-    model = build(hollow_config(cfg))
-    times: dict[int, list[float]] = {b: [] for b in batches}
-    for _ in range(rounds):
-        for b in batches:
-            requests = [Request(i, (1 + i % 7, 2, 3, 4), 8) for i in range(b)]
-            result = Engine(model, model.cfg, num_blocks=b * 2 + 2, block_size=16, max_batch=b).run(requests)
-            times[b] += [s for s, (kind, _) in zip(result.step_s, result.trace, strict=True) if kind == "decode"]
-    lo, hi = (sorted(times[b])[len(times[b]) // 2] for b in batches)
-    per_seq = max(0.0, (hi - lo) / (batches[1] - batches[0]))
-    return max(0.0, lo - per_seq * batches[0]), per_seq
-
-
-@dataclass(frozen=True)
-class Calibration:
-    """One machine's measured step-time constants, all at ``threads`` torch threads. Seconds and bytes/s."""
-
-    machine: str
-    threads: int
-    bandwidth: float  # bytes/s streamed by a matrix-vector product over a weight larger than the cache
-    rows: tuple[int, ...]  # token rows per matmul at which the rate was measured
-    rates: tuple[float, ...]  # achieved float32 FLOP/s at each of ``rows``
-    overhead_step_s: float  # fixed cost of one engine step (Python, op dispatch), whatever the batch
-    overhead_seq_s: float  # extra fixed cost per sequence in the step
-    model: str  # the config whose shapes and op graph were measured
-    seconds: float = 0.0  # how long calibrating took
-    version: int = CALIBRATION_VERSION
-
-    def rate(self, rows) -> np.ndarray:
-        """Achieved FLOP/s at ``rows`` token rows, interpolated in log-log between measured points."""
-        r = np.clip(np.asarray(rows, dtype=float), self.rows[0], self.rows[-1])
-        return np.exp(np.interp(np.log(r), np.log(self.rows), np.log(self.rates)))
-
-    @property
-    def peak_rate(self) -> float:
-        """The best rate measured: the flat roof of the ideal roofline."""
-        return max(self.rates)
-
-    def hardware(self) -> Hardware:
-        """This machine as a :class:`Hardware` entry for ``stage5.cost`` (``flops_bf16`` holds the float32 peak)."""
-        try:
-            memory = float(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
-        except (ValueError, OSError, AttributeError):
-            memory = float(8 * 2**30)
-        return Hardware(f"this machine ({self.machine}, {self.threads} thread, measured)", self.peak_rate, None,
-                        self.bandwidth, memory, "measured by stage5.calibrate (python -m stage5 calibrate)")
-
-
-def machine_key(cfg) -> str:
-    """What the cache is keyed by: this host and CPU, torch's version, the thread count and the model's shapes."""
-    import hashlib
-
-    import torch
-
-    parts = [platform.node(), platform.machine(), platform.processor(), str(os.cpu_count()), torch.__version__,
-             str(THREADS), str(CALIBRATION_VERSION), cfg.name, str(cfg.hidden_size), str(cfg.intermediate_size),
-             str(cfg.num_layers), str(cfg.num_heads), str(cfg.num_kv_heads)]
-    return hashlib.sha1("|".join(parts).encode()).hexdigest()[:16]
-
-
-def cache_dir() -> Path:
-    """``$STAGE5_CACHE_DIR``, else ``$XDG_CACHE_HOME/stage5``, else ``~/.cache/stage5``."""
-    if os.environ.get("STAGE5_CACHE_DIR"):
-        return Path(os.environ["STAGE5_CACHE_DIR"])
-    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
-    return Path(base) / "stage5"
-
-
-def cache_path(cfg) -> Path:
-    return cache_dir() / f"calibration-{machine_key(cfg)}.json"
-
-
 def measure(cfg) -> Calibration:
     """Measure this machine for ``cfg`` (a few seconds, one thread). Does not read or write the cache."""
     use_course_threads()
     t0 = time.perf_counter()
     bandwidth = measure_stream_bandwidth(model_matrices(cfg))  # the model's own matrices, past any cache
     rates = measure_matmul_rates(cfg)
+    from stage5.engine.overhead import measure_overhead  # the hollow run lives beside the engine it runs
+
     step, per_seq = measure_overhead(cfg)
     return Calibration(machine=f"{platform.machine()}, {os.cpu_count()} cores", threads=THREADS,
                        bandwidth=bandwidth, rows=tuple(rates), rates=tuple(rates.values()), overhead_step_s=step,
@@ -276,26 +195,19 @@ def calibrate(cfg=None, force: bool = False) -> Calibration:
 
     The first call measures and writes a small JSON file under :func:`cache_dir`; later calls, in any
     chapter or process on the same machine, read it back, so every chapter predicts from the same numbers.
-    ``force`` measures again and overwrites it.
+    ``force`` measures again and overwrites it. A cache that fails any check is set aside with one line and
+    measured again; one that cannot be written is kept in memory for this run (see :mod:`stage5.calibration`).
     """
     if cfg is None:
         from stage5.engine.roofline_toy import ROOFLINE_TOY as cfg
     use_course_threads()
     path = cache_path(cfg)
-    if not force and path.is_file():
-        try:
-            data = json.loads(path.read_text())
-            data["rows"], data["rates"] = tuple(data["rows"]), tuple(data["rates"])
-            cal = Calibration(**data)
-            if cal.version == CALIBRATION_VERSION:
-                return cal
-        except (ValueError, TypeError, KeyError):
-            pass  # a damaged or outdated cache file is measured again
+    if not force:
+        cached = read_cache(path)
+        if cached is not None:
+            return cached
     cal = measure(cfg)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(f".{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(asdict(cal), indent=1))
-    tmp.replace(path)  # atomic: two chapters calibrating at once never read half a file
+    write_cache(cal, path)
     return cal
 
 
@@ -314,7 +226,7 @@ def main(argv: list[str] | None = None) -> int:
     cal = calibrate(ROOFLINE_TOY, force=args.force)
     path = cache_path(ROOFLINE_TOY)
     if args.json:
-        print(json.dumps({**asdict(cal), "cache_file": str(path)}, indent=1))
+        print(cal.to_json(cache_file=str(path)))
         return 0
     print(f"{cal.machine}, {cal.threads} thread, calibrated for {cal.model} in {cal.seconds:.1f} s")
     print(f"  streaming bandwidth (matrix-vector product): {cal.bandwidth / 1e9:.1f} GB/s")

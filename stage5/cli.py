@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 
@@ -73,7 +72,7 @@ def model_main(argv: list[str]) -> int:
         return _fail(str(err))
     info = describe_model(cfg)
     if args.json:
-        print(json.dumps(info, indent=1, allow_nan=False))
+        print(inputs.dumps(info, indent=1))
         return 0
     print(f"{cfg.name}: {cfg.num_params:,} parameters"
           + (f" ({cfg.active_params:,} active per token)" if cfg.num_experts > 1 else ""))
@@ -85,16 +84,33 @@ def model_main(argv: list[str]) -> int:
     return 0
 
 
+# Bounds on deploy's numbers: the GPU count and the price are shared with the library (stage5.inputs).
+MAX_GPUS, MIN_PRICE, MAX_PRICE = inputs.MAX_GPUS, inputs.MIN_PRICE, inputs.MAX_PRICE
+# An MFU below 0.1% means the GPU does essentially nothing; the course's floors use 0.5 and real decode 0.05-0.6.
+MIN_MFU = 1e-3
+
+
 def diagnose_deployment(dep: cost.Deployment, context: int, batch: int, prompt: int | None = None,
                         price: float = cost.DEFAULT_PRICE_PER_GPU_HOUR) -> dict[str, float | str]:
     """TTFT, TPOT, bound, max concurrency and $/M output tokens of a deployment at a batch and context."""
+    if not isinstance(dep, cost.Deployment):
+        raise inputs.InputError(f"dep must be a stage5.cost.Deployment, got {type(dep).__name__}")
+    inputs.gpus(dep.num_gpus)
+    context = inputs.positive_int(context, "context", maximum=dep.model.max_position_embeddings)
+    batch = inputs.positive_int(batch, "batch")
+    if prompt is not None:
+        prompt = inputs.positive_int(prompt, "prompt (a part of the context)", maximum=context)
+    price = inputs.price(price, "price")
     max_seqs = int(cost.max_concurrency(dep, context))
     if batch > max_seqs:
+        per_seq = float(cost.kv_bytes_per_sequence(dep, context))  # a sliding window caps what a sequence holds
+        window = (f" (layers with a {dep.model.sliding_window:,}-token sliding window hold at most that many)"
+                  if dep.model.sliding_window and context > dep.model.sliding_window else "")
         raise cost.InfeasibleDeployment(
-            f"KV cache memory ran out: batch {batch} at {context:,} tokens needs "
-            f"{batch * context * dep.kv_bytes_per_token / GiB:.1f} GiB of KV cache but only "
+            f"KV cache memory ran out: batch {batch:,} at {context:,} tokens needs "
+            f"{batch * per_seq / GiB:,.1f} GiB of KV cache{window} but only "
             f"{cost.kv_budget_bytes(dep) / GiB:.1f} GiB is free after weights and reserve "
-            f"(at most {max_seqs} sequences fit).")
+            f"(at most {max_seqs:,} sequences fit).")
     step = cost.decode_step(dep, batch, context)
     return {
         "model": dep.model.name, "gpu": dep.gpu.name, "gpus": dep.num_gpus,
@@ -120,7 +136,9 @@ def deploy_main(argv: list[str]) -> int:
         description="Diagnose a deployment. Assumes perfect tensor-parallel scaling (optimistic) and a fixed MFU.")
     parser.add_argument("--model", required=True, help="registry name or path to a config.json")
     parser.add_argument("--gpu", required=True, help="accelerator name, e.g. H100, A100-80GB, MI300X")
-    parser.add_argument("--gpus", type=inputs.arg_int(), default=1, help="number of GPUs (tensor parallel)")
+    parser.add_argument("--gpus", type=inputs.arg_int(1, MAX_GPUS, why="tensor parallelism runs inside one NVLink "
+                                                     "domain; the largest, GB200 NVL72, has 72 GPUs"),
+                        default=1, help=f"number of GPUs (tensor parallel), 1 to {MAX_GPUS}")
     parser.add_argument("--context", type=inputs.arg_int(), required=True,
                         help="tokens per sequence held in the KV cache (at most the model's maximum context)")
     parser.add_argument("--batch", type=inputs.arg_int(), required=True, help="concurrent sequences")
@@ -129,22 +147,25 @@ def deploy_main(argv: list[str]) -> int:
     parser.add_argument("--weights", choices=list(WEIGHT_FORMATS), default="bf16",
                         help="weight format (stage5.quantization.WEIGHT_FORMATS)")
     parser.add_argument("--kv", choices=list(KV_FORMATS), default="bf16", help="KV-cache format")
-    parser.add_argument("--mfu", type=inputs.arg_real(0.0, 1.0), default=cost.DEFAULT_MFU,
-                        help="model FLOP utilisation, a fraction in (0, 1]")
+    parser.add_argument("--mfu", type=inputs.arg_real(MIN_MFU, 1.0, low_open=False,
+                                                      why="below 0.1% of peak a GPU does essentially nothing"),
+                        default=cost.DEFAULT_MFU, help=f"model FLOP utilisation, a fraction in [{MIN_MFU:g}, 1]")
     parser.add_argument("--mode", choices=cost.MODES, default="floor",
                         help="floor: the course's formulas; estimate: plus the terms of stage5.cost.Estimate")
-    parser.add_argument("--price", type=inputs.arg_real(), default=cost.DEFAULT_PRICE_PER_GPU_HOUR,
-                        help="USD per GPU-hour (> 0)")
+    parser.add_argument("--price", type=inputs.arg_real(MIN_PRICE, MAX_PRICE, low_open=False,
+                                                        why="USD per GPU-hour; list prices are a few dollars"),
+                        default=cost.DEFAULT_PRICE_PER_GPU_HOUR, help=f"USD per GPU-hour, {MIN_PRICE:g} to {MAX_PRICE:g}")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
     try:
         model = load_model(args.model)
         inputs.within_context(args.context, model.max_position_embeddings, "--context", model.name)
-        if args.prompt is not None:
-            inputs.within_context(args.prompt, model.max_position_embeddings, "--prompt", model.name)
+        if args.prompt is not None and args.prompt > args.context:
+            raise inputs.InputError(f"--prompt is {args.prompt:,} tokens but --context is {args.context:,}; the prompt "
+                                    "is part of the context the KV cache holds, so accepted: --prompt <= --context")
         dep = cost.with_mode(deployment(model, args.gpu, args.gpus, args.weights, args.kv, mfu=args.mfu), args.mode)
         info = diagnose_deployment(dep, args.context, args.batch, args.prompt, args.price)
-        text = json.dumps(info, indent=1, allow_nan=False)  # a NaN or infinity is a bug: say so, never print it
+        text = inputs.dumps(info, indent=1)  # a NaN or infinity is a bug: say so, never print it
     except (ValueError, OSError, TypeError) as err:
         return _fail(str(err))
     if args.json:

@@ -277,6 +277,7 @@ def with_mode(dep: Deployment, mode: str) -> Deployment:
 # ------------------------------------------------------------------------------------------ roofline
 def ridge_point(gpu: Hardware, bytes_per_param: float = 2.0) -> float:
     """FLOPs per byte at which a kernel turns compute-bound: peak FLOP/s / bandwidth."""
+    inputs.bytes_per_number(bytes_per_param, "bytes_per_param")
     return gpu.flops(bytes_per_param) / gpu.bandwidth
 
 
@@ -285,6 +286,8 @@ def decode_intensity(batch: ArrayLike, bytes_per_param: float = 2.0) -> np.ndarr
 
     The parameter count cancels: in BF16 the intensity is the batch size.
     """
+    _positive(batch, "batch")
+    inputs.bytes_per_number(bytes_per_param, "bytes_per_param")
     return 2.0 * np.asarray(batch, dtype=float) / bytes_per_param
 
 
@@ -292,6 +295,9 @@ def experts_touched(num_experts: int, experts_per_token: int, tokens: ArrayLike)
     """Expected distinct experts of one MoE layer that at least one of ``tokens`` tokens is routed to, assuming
     uniform, independent routing: each expert is missed by one token with probability 1 - k/E, so
     E (1 - (1 - k/E)^B). Real routers are skewed, which touches fewer experts at small batch."""
+    inputs.positive_int(num_experts, "num_experts")
+    inputs.positive_int(experts_per_token, "experts_per_token", maximum=num_experts)
+    _non_negative(tokens, "tokens")
     b = np.asarray(tokens, dtype=float)
     return num_experts * (1 - (1 - experts_per_token / num_experts) ** b)
 
@@ -311,6 +317,7 @@ def weight_bytes_read(dep: Deployment, batch: ArrayLike = 1) -> np.ndarray:
     the estimate's ``embedding_lookup`` term (estimate mode and the true floor), all but the input-embedding rows
     no token looks up (:func:`embedding_rows_saved`). MoE: only the experts that at least one of the tokens is
     routed to (:func:`experts_touched`, uniform routing)."""
+    _positive(batch, "batch")
     m = dep.model
     b = np.asarray(batch, dtype=float)
     lookup = dep.estimate is not None and dep.estimate.embedding_lookup
@@ -328,6 +335,8 @@ def decode_intensity_with_kv(dep: Deployment, batch: ArrayLike, context: ArrayLi
 
     Saturates at 2 N / (S x KV bytes per token) as the batch grows: more sequences bring their own bytes.
     """
+    _positive(batch, "batch")
+    _non_negative(context, "context")
     b = np.asarray(batch, dtype=float)
     s = np.asarray(context, dtype=float)
     flops = 2.0 * dep.model.active_params * b
@@ -430,6 +439,7 @@ def allreduce_s(dep: Deployment, tokens: ArrayLike) -> np.ndarray:
     """Tensor-parallel all-reduce time of one step carrying ``tokens`` tokens (estimate mode; 0 otherwise): two
     all-reduces per layer (after attention, after the MLP; Megatron-LM) of tokens x hidden x 2 bytes (16-bit
     activations), each priced by :func:`allreduce_one_s`."""
+    _non_negative(tokens, "tokens")
     n = dep.num_gpus
     x = np.asarray(tokens, dtype=float)
     if dep.estimate is None or not dep.estimate.allreduce or n == 1:
@@ -442,6 +452,8 @@ def attention_flops(model: ModelConfig, new_tokens: ArrayLike, cached: ArrayLike
     """Causal attention FLOPs of ``new_tokens`` tokens appended after ``cached`` ones: each new token scores
     every earlier token and itself, QK^T and PV at 2 FLOPs per multiply-add, over all query heads and layers:
     4 x layers x q_heads x head_dim x (new x cached + new (new + 1) / 2). Quadratic in a prompt."""
+    _non_negative(new_tokens, "new_tokens")
+    _non_negative(cached, "cached")
     c = np.asarray(new_tokens, dtype=float)
     s = np.asarray(cached, dtype=float)
     pairs = c * s + c * (c + 1) / 2
@@ -450,6 +462,8 @@ def attention_flops(model: ModelConfig, new_tokens: ArrayLike, cached: ArrayLike
 
 def kv_traffic_bytes(dep: Deployment, batch: ArrayLike, context: ArrayLike) -> np.ndarray:
     """KV-cache bytes one decode step reads: batch x context x KV bytes per token."""
+    _positive(batch, "batch")
+    _non_negative(context, "context")
     return np.asarray(batch, dtype=float) * kv_bytes_per_sequence(dep, context)
 
 
@@ -462,6 +476,7 @@ def decode_step(dep: Deployment, batch: ArrayLike = 1, context: ArrayLike = 0,
     verification): the same bytes, that many times the arithmetic. In estimate mode the bandwidth and FLOP/s
     are the achieved ones, and the KV term and the all-reduces add to the step (:class:`StepTime`).
     """
+    _positive(tokens_per_seq, "tokens_per_seq")
     b = _positive(batch, "batch")
     s = _non_negative(context, "context")
     t = np.asarray(tokens_per_seq, dtype=float)
@@ -598,6 +613,7 @@ def kv_bytes_per_sequence(dep: Deployment, context: ArrayLike) -> np.ndarray:
     """KV bytes one sequence of ``context`` tokens holds over all GPUs: context x bytes per token, except that
     layers with a sliding window (Mistral-7B v0.1, Gemma-2's alternate layers) stop growing at the window; heads
     replicated by tensor parallelism (:func:`kv_replication`) count once per copy."""
+    _non_negative(context, "context")
     one = dep.model.kv_bytes_per_sequence(np.asarray(context, dtype=float), dep.kv_bytes)
     return np.asarray(one) * kv_replication(dep.model, dep.num_gpus)
 
@@ -605,7 +621,11 @@ def kv_bytes_per_sequence(dep: Deployment, context: ArrayLike) -> np.ndarray:
 def max_concurrency(dep: Deployment, context: ArrayLike) -> np.ndarray:
     """Sequences of ``context`` tokens whose KV cache fits at once (floor); 0 if not even one fits."""
     s = _positive(context, "context")
-    return np.floor(kv_budget_bytes(dep) / kv_bytes_per_sequence(dep, s)).astype(np.int64)
+    fit = np.floor(kv_budget_bytes(dep) / kv_bytes_per_sequence(dep, s))
+    if np.any(fit > inputs.MAX_COUNT):  # checked before the int64 cast, which would wrap to a negative count
+        raise inputs.InputError(f"{float(np.max(fit)):.3g} sequences would fit on {dep.num_gpus:,} GPUs, past 2**53 "
+                                f"(beyond that a count is not exact); accepted: at most {inputs.MAX_GPUS} GPUs")
+    return fit.astype(np.int64)
 
 
 # ------------------------------------------------------------------------------------ throughput and $
@@ -638,12 +658,17 @@ class CostTerms:
 
 def price_per_s(dep: Deployment, price_per_gpu_hour: float = DEFAULT_PRICE_PER_GPU_HOUR) -> float:
     """Dollars per second the whole deployment costs."""
+    inputs.price(price_per_gpu_hour)
     return price_per_gpu_hour * dep.num_gpus / 3600.0
 
 
 def cost_terms(dep: Deployment, batch: float, context: float, tokens_per_seq: float = 1.0,
                price_per_gpu_hour: float = DEFAULT_PRICE_PER_GPU_HOUR) -> CostTerms:
     """The three terms for ``batch`` sequences of ``context`` tokens (``tokens_per_seq`` > 1: speculation)."""
+    _positive(batch, "batch")
+    _non_negative(context, "context")
+    _positive(tokens_per_seq, "tokens_per_seq")
+    inputs.price(price_per_gpu_hour)
     step = float(decode_step(dep, batch, context).time_s)
     return CostTerms(price_per_s(dep, price_per_gpu_hour), step, float(batch) * tokens_per_seq)
 
@@ -651,6 +676,7 @@ def cost_terms(dep: Deployment, batch: float, context: float, tokens_per_seq: fl
 def cost_per_million_tokens(dep: Deployment, batch: ArrayLike, context: ArrayLike,
                             price_per_gpu_hour: float = DEFAULT_PRICE_PER_GPU_HOUR) -> np.ndarray:
     """USD per million output tokens in steady decode (:class:`CostTerms`, vectorised over batch and context)."""
+    inputs.price(price_per_gpu_hour)
     terms = CostTerms(price_per_s(dep, price_per_gpu_hour), tpot_s(dep, batch, context),
                       np.asarray(batch, dtype=float))
     return terms.dollars_per_million
@@ -722,21 +748,13 @@ def speculation_breakeven_batch(dep: Deployment, context: float, alpha: float, k
 
 # ------------------------------------------------------------------------------------ helpers
 def _positive(x: ArrayLike, name: str) -> np.ndarray:
-    a = np.asarray(x, dtype=float)
-    if np.any(~np.isfinite(a)) or np.any(a <= 0):
-        raise ValueError(f"{name} must be positive and finite, got {x!r}")
-    return a
+    """A count of tokens or sequences, at least 1 (a batch of 1e-320 sequences would price as infinity)."""
+    return inputs.counts(x, name, minimum=1.0)
 
 
 def _non_negative(x: ArrayLike, name: str) -> np.ndarray:
-    a = np.asarray(x, dtype=float)
-    if np.any(~np.isfinite(a)) or np.any(a < 0):
-        raise ValueError(f"{name} must be non-negative and finite, got {x!r}")
-    return a
+    return inputs.counts(x, name, minimum=0.0)
 
 
 def _fraction(x: ArrayLike, name: str) -> np.ndarray:
-    a = np.asarray(x, dtype=float)
-    if np.any(~((a >= 0) & (a <= 1))):  # written so that NaN fails too
-        raise ValueError(f"{name} must be a fraction in [0, 1], got {x!r}")
-    return a
+    return inputs.reals(x, name, low=0.0, high=1.0, accepted="a fraction in [0, 1] (or an array of them)")

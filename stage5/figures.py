@@ -7,14 +7,13 @@ H100 SXM GPUs, with an 8 GiB-per-GPU activation reserve.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cache
 
 from stage5 import cost
 from stage5.hardware import GB, GiB, get_gpu
-from stage5.inputs import OneLineParser
+from stage5.inputs import OneLineParser, dumps
 from stage5.models import get_model
 
 
@@ -408,7 +407,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     figs = all_figures()
     if args.json:
-        print(json.dumps({f.id: f.value for f in figs.values()}, indent=1))
+        print(dumps({f.id: f.value for f in figs.values()}, indent=1))
         return 0
     width = max(len(f) for f in figs)
     for f in figs.values():

@@ -8,6 +8,7 @@ here coerces silently: ``True`` is not the integer 1, ``"3"`` is not 3, and 4096
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import numbers
 import re
@@ -97,6 +98,71 @@ def choice(value: Any, name: str, options: list[str] | tuple[str, ...]) -> str:
     return value
 
 
+# ------------------------------------------------------------------------------------------ arrays
+def reals(value: Any, name: str, *, low: float = -math.inf, high: float = math.inf, low_open: bool = False,
+          accepted: str | None = None) -> Any:
+    """``value`` (a number or an array of numbers) as a float ndarray, every element finite and in bounds.
+
+    The array version of :func:`real`, for the cost model's functions that broadcast: a bool, a string or a
+    NaN anywhere is refused in one sentence naming the argument, never turned into NaN or infinity later.
+    """
+    import numpy as np
+
+    lo = "(" if low_open else "["
+    what = accepted or (f"a finite number {'>' if low_open else '>='} {low:g}" if math.isinf(high)
+                        else f"finite numbers in {lo}{low:g}, {high:g}]")
+    if isinstance(value, (bool, np.bool_, str, bytes)):
+        raise InputError(f"{name} must be {what}, got {value!r} ({type(value).__name__})")
+    try:
+        a = np.asarray(value, dtype=float)
+    except (TypeError, ValueError):
+        raise InputError(f"{name} must be {what}, got {str(value)[:60]!r} ({type(value).__name__})") from None
+    if np.asarray(value).dtype == bool:
+        raise InputError(f"{name} must be {what}, got booleans")
+    ok = np.isfinite(a) & (a > low if low_open else a >= low) & (a <= high)
+    if not np.all(ok):
+        bad = a[~ok].flat[0] if a.ndim else a
+        raise InputError(f"{name} must be {what}, got {float(bad)!r}" + (" (in an array)" if a.ndim else ""))
+    return a
+
+
+def counts(value: Any, name: str, minimum: float = 1.0) -> Any:
+    """Token or sequence counts (numbers or arrays) in [minimum, 2**53]: a batch of less than one sequence, or a
+    count past what a float holds exactly, is refused rather than priced as an infinite or a NaN."""
+    return reals(value, name, low=minimum, high=float(MAX_COUNT),
+                 accepted=f"a count in [{minimum:g}, 2**53] (a finite number, or an array of them)")
+
+
+# Bounds the public cost functions and the command line share, each from what is built or sold.
+# Tensor parallelism all-reduces every layer's activations, so it runs inside one NVLink domain: vLLM's guide sets
+# the tensor-parallel size to the GPUs in one node and spans nodes with pipeline parallelism (docs v0.8.3,
+# "Distributed Inference and Serving"). The largest NVLink domain built is GB200 NVL72's: 72 Blackwell GPUs
+# joined by NVLink Switch trays in one rack (NVIDIA GB200 NVL72 product page).
+MAX_GPUS = 72
+# USD per GPU-hour: cloud list prices for an H100 or B200 are a few dollars; $1,000 is far past any, and below a
+# cent per GPU-hour is not a rental.
+MIN_PRICE, MAX_PRICE = 0.01, 1000.0
+# Bytes per stored number: from 1-bit formats (0.125) to float64 (8).
+MIN_BYTES_PER_NUMBER, MAX_BYTES_PER_NUMBER = 0.125, 8.0
+
+
+def gpus(value: Any, name: str = "num_gpus") -> int:
+    """A tensor-parallel GPU count: an integer in [1, :data:`MAX_GPUS`] (one NVLink domain)."""
+    return integer(value, f"{name} (tensor-parallel GPUs in one NVLink domain, at most {MAX_GPUS} as in GB200 NVL72)",
+                   minimum=1, maximum=MAX_GPUS)
+
+
+def price(value: Any, name: str = "price_per_gpu_hour") -> float:
+    """USD per GPU-hour in [MIN_PRICE, MAX_PRICE]."""
+    return real(value, f"{name} (USD per GPU-hour)", low=MIN_PRICE, high=MAX_PRICE)
+
+
+def bytes_per_number(value: Any, name: str) -> float:
+    return real(value, name, low=MIN_BYTES_PER_NUMBER, high=MAX_BYTES_PER_NUMBER,
+                accepted=f"bytes per number in [{MIN_BYTES_PER_NUMBER:g}, {MAX_BYTES_PER_NUMBER:g}] "
+                         "(1-bit to float64)")
+
+
 def within_context(tokens: int, limit: int, what: str, model: str) -> None:
     """Refuse a sequence longer than the model's maximum position (``max_position_embeddings``)."""
     if tokens > limit:
@@ -113,34 +179,181 @@ class OneLineParser(argparse.ArgumentParser):
         self.exit(2, f"error: {self.prog}: {message} (see {self.prog} --help)\n")
 
 
-def arg_int(minimum: int = 1) -> Callable[[str], int]:
-    """An argparse ``type`` for integers >= ``minimum`` whose error says what is accepted."""
-    accepted = "a positive integer" if minimum == 1 else f"an integer >= {minimum}"
+def _bound_note(why: str | None) -> str:
+    return f" ({why})" if why else ""
+
+
+def arg_int(minimum: int = 1, maximum: int = MAX_COUNT, why: str | None = None) -> Callable[[str], int]:
+    """An argparse ``type`` for integers in [minimum, maximum] whose error says what is accepted (and, with
+    ``why``, where the upper bound comes from)."""
+    low = "a positive integer" if minimum == 1 else f"an integer >= {minimum}"
+    accepted = f"{low} and <= {maximum:,}" + _bound_note(why) if maximum < MAX_COUNT else low
 
     def parse(text: str) -> int:
         try:
             value = int(text)
         except ValueError:
-            raise argparse.ArgumentTypeError(f"must be {accepted}, got {text!r}") from None
-        if value < minimum:
-            raise argparse.ArgumentTypeError(f"must be {accepted}, got {text!r}")
+            raise argparse.ArgumentTypeError(f"must be {accepted}, got {text[:40]!r}") from None
+        if value < minimum or value > maximum:
+            raise argparse.ArgumentTypeError(f"must be {accepted}, got {text[:40]!r}")
         return value
     return parse
 
 
-def arg_real(low: float = 0.0, high: float = math.inf, low_open: bool = True) -> Callable[[str], float]:
-    """An argparse ``type`` for finite numbers in (low, high] (or [low, high] with ``low_open=False``)."""
+def arg_real(low: float = 0.0, high: float = math.inf, low_open: bool = True,
+             why: str | None = None) -> Callable[[str], float]:
+    """An argparse ``type`` for finite numbers in (low, high] (or [low, high] with ``low_open=False``); ``why``
+    says where the bounds come from."""
     lo = "(" if low_open else "["
     accepted = (f"a finite number {'>' if low_open else '>='} {low:g}" if math.isinf(high)
-                else f"a finite number in {lo}{low:g}, {high:g}]")
+                else f"a finite number in {lo}{low:g}, {high:g}]") + _bound_note(why)
 
     def parse(text: str) -> float:
         try:
             value = float(text)
         except ValueError:
-            raise argparse.ArgumentTypeError(f"must be {accepted}, got {text!r}") from None
+            raise argparse.ArgumentTypeError(f"must be {accepted}, got {text[:40]!r}") from None
         too_low = value <= low if low_open else value < low
         if not math.isfinite(value) or too_low or value > high:
-            raise argparse.ArgumentTypeError(f"must be {accepted}, got {text!r}")
+            raise argparse.ArgumentTypeError(f"must be {accepted}, got {text[:40]!r}")
         return value
     return parse
+
+
+# Bounds shared by the benchmarks' flags, each from what one CPU can do in a sitting.
+MAX_BENCH_REQUESTS = 10_000  # the default runs take tens of seconds for 64 requests: 10,000 is hours of CPU
+MAX_ROUNDS = 1_000  # rounds and repeats of a timing loop: medians settle within tens; 1,000 is hours
+
+
+def arg_threads() -> Callable[[str], int]:
+    """torch CPU threads: at most this machine's cores (more threads than cores only slow small steps down)."""
+    import os
+
+    cores = os.cpu_count() or 1
+    return arg_int(1, cores, why=f"this machine has {cores} cores; more threads than cores make timings meaningless")
+
+
+def arg_requests() -> Callable[[str], int]:
+    return arg_int(1, MAX_BENCH_REQUESTS, why="a benchmark of more requests takes hours on a CPU")
+
+
+def arg_rounds() -> Callable[[str], int]:
+    return arg_int(1, MAX_ROUNDS, why="medians settle within tens of rounds; 1,000 is hours of CPU")
+
+
+def run_command(main: Callable[[], int]) -> NoReturn:
+    """Exit with ``main()``'s status; a reader that closes the pipe early (``... | head -1``) ends the program
+    quietly with status 141 (128 + SIGPIPE, what a shell reports for a program stopped by a closed pipe)."""
+    import os
+    import sys
+
+    try:
+        code = main()
+        sys.stdout.flush()
+    except BrokenPipeError:
+        # Python would print a traceback when it flushes stdout at exit; point stdout at /dev/null first.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        sys.exit(141)
+    sys.exit(code)
+
+
+# ------------------------------------------------------------------------------------------ JSON and files
+def _non_finite(value: Any, where: str = "") -> str | None:
+    """Where the first NaN or infinity in ``value`` sits (``engines.paged.ttft_p50[2]``), or None."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return where or "the value"
+    if isinstance(value, dict):
+        items = ((f"{where}.{k}" if where else str(k), v) for k, v in value.items())
+    elif isinstance(value, (list, tuple)):
+        items = ((f"{where}[{i}]", v) for i, v in enumerate(value))
+    else:
+        return None
+    for path, v in items:
+        found = _non_finite(v, path)
+        if found:
+            return found
+    return None
+
+
+def dumps(value: Any, **kwargs: Any) -> str:
+    """``json.dumps`` that refuses NaN and infinity (they are not JSON): every JSON the course prints goes
+    through here, so a non-finite number is one line naming where it is, never a file other tools cannot read."""
+    try:
+        return json.dumps(value, allow_nan=False, **kwargs)
+    except ValueError:
+        where = _non_finite(value)
+        raise InputError(f"the result holds a non-finite number at {where}, which JSON cannot carry; "
+                         "accepted inputs give finite results (this is a bug if the inputs were valid)") from None
+
+
+# The largest config.json in the course's registry is about 1 kB, and the biggest real ones (with per-layer lists)
+# tens of kB; 1 MiB is far above any, and small enough to read and scan at once.
+CONFIG_LIMIT_BYTES = 2**20
+MAX_JSON_DEPTH = 64  # a config.json nests three or four levels (rope_scaling, quantization_config)
+
+
+def loads_json(text: str, what: str) -> Any:
+    """``json.loads`` with one-line errors, and nesting beyond :data:`MAX_JSON_DEPTH` refused before parsing."""
+    depth = 0
+    in_string = escaped = False
+    for ch in text:  # brackets outside strings; a linear scan, so 100,000 nested arrays cannot recurse
+        if in_string:
+            if escaped:
+                escaped = False
+            elif ch == "\\":
+                escaped = True
+            elif ch == '"':
+                in_string = False
+        elif ch == '"':
+            in_string = True
+        elif ch in "[{":
+            depth += 1
+            if depth > MAX_JSON_DEPTH:
+                raise InputError(f"{what} nests more than {MAX_JSON_DEPTH} levels deep; accepted: a JSON object "
+                                 "as a config.json holds (a few levels)")
+        elif ch in "]}":
+            depth -= 1
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as err:
+        raise InputError(f"{what} is not valid JSON: {err}") from None
+    except (ValueError, RecursionError) as err:  # e.g. an integer literal too long to convert
+        raise InputError(f"{what}: {str(err).splitlines()[0]}") from None
+
+
+def read_small_file(path: Any, limit: int, what: str = "file") -> str:
+    """The text of ``path``, a regular file of at most ``limit`` bytes, in UTF-8.
+
+    Checked before reading: a directory, a FIFO (which would block), a device such as /dev/zero (which never
+    ends) or a file past the limit is refused in one line. FileNotFoundError passes through.
+    """
+    import os
+    import stat
+    from pathlib import Path
+
+    path = Path(path)
+    try:
+        info = path.stat()
+    except FileNotFoundError:
+        raise FileNotFoundError(f"no {what} at {path}") from None
+    except OSError as err:
+        raise InputError(f"cannot read {path}: {err.strerror or err}") from None
+    if stat.S_ISDIR(info.st_mode):
+        raise InputError(f"{path} is a directory; accepted: the path of a {what}")
+    if not stat.S_ISREG(info.st_mode):
+        raise InputError(f"{path} is not a regular file (a pipe or a device); accepted: the path of a {what}")
+    if info.st_size > limit:
+        raise InputError(f"{path} is {info.st_size:,} bytes; accepted: a {what} of at most {limit:,} bytes")
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))  # never block, even if swapped for a FIFO
+        with os.fdopen(fd, "rb") as f:
+            data = f.read(limit + 1)
+    except OSError as err:
+        raise InputError(f"cannot read {path}: {err.strerror or err}") from None
+    if len(data) > limit:
+        raise InputError(f"{path} is over {limit:,} bytes; accepted: a {what} of at most {limit:,} bytes")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise InputError(f"{path} is not UTF-8 text: {err}") from None

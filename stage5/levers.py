@@ -32,6 +32,14 @@ cost_terms = cost.cost_terms
 
 
 # ------------------------------------------------------------------------------------------ per request
+def _check_request(prompt, output, concurrency, prefix_hit, decode_speedup) -> None:
+    for value, name in ((prompt, "prompt"), (output, "output"), (concurrency, "concurrency")):
+        inputs.counts(value, name)
+    inputs.fraction(prefix_hit, "prefix_hit")
+    # speculative decoding gains a few tokens per step; 1,000x (or 1/100) is no lever the course models
+    inputs.real(decode_speedup, "decode_speedup", low=0.01, high=1000.0)
+
+
 def request_seconds(dep: cost.Deployment, prompt: float, output: float, concurrency: float,
                     prefix_hit: float = 0.0, decode_speedup: float = 1.0) -> tuple[float, float]:
     """(prefill seconds, decode seconds) of deployment time one request costs.
@@ -39,6 +47,7 @@ def request_seconds(dep: cost.Deployment, prompt: float, output: float, concurre
     Decode seconds are the request's share: ``output`` steps at the mean context, divided by the
     ``concurrency`` sharing each step and by ``decode_speedup`` (speculative decoding's tokens per step).
     """
+    _check_request(prompt, output, concurrency, prefix_hit, decode_speedup)
     prefill = float(cost.ttft_s(dep, prompt, prefix_hit))
     decode = output * float(cost.tpot_s(dep, concurrency, prompt + output / 2)) / (concurrency * decode_speedup)
     return prefill, decode
@@ -48,6 +57,7 @@ def dollars_per_million(dep: cost.Deployment, prompt: float, output: float, conc
                         prefix_hit: float = 0.0, decode_speedup: float = 1.0,
                         price_per_gpu_hour: float = cost.DEFAULT_PRICE_PER_GPU_HOUR) -> float:
     """Dollars per million output tokens, prefill time included (prompt tokens are not billed separately)."""
+    inputs.price(price_per_gpu_hour)
     pre, dec = request_seconds(dep, prompt, output, concurrency, prefix_hit, decode_speedup)
     return cost.CostTerms(cost.price_per_s(dep, price_per_gpu_hour), pre + dec, output).dollars_per_million
 
@@ -55,6 +65,7 @@ def dollars_per_million(dep: cost.Deployment, prompt: float, output: float, conc
 def latency_s(dep: cost.Deployment, prompt: float, output: float, concurrency: float,
               prefix_hit: float = 0.0, decode_speedup: float = 1.0) -> float:
     """One request's end-to-end latency with no queueing: TTFT + output x TPOT at the stated concurrency."""
+    _check_request(prompt, output, concurrency, prefix_hit, decode_speedup)
     ttft = float(cost.ttft_s(dep, prompt, prefix_hit))
     return ttft + output * float(cost.tpot_s(dep, concurrency, prompt + output / 2)) / decode_speedup
 
@@ -62,6 +73,10 @@ def latency_s(dep: cost.Deployment, prompt: float, output: float, concurrency: f
 def max_batch_within_slo(dep: cost.Deployment, context: float, limit: int, tpot_slo_s: float | None) -> int:
     """Largest batch in [0, limit] whose TPOT at ``context`` is within the SLO (bisection; TPOT rises with
     batch). ``tpot_slo_s=None``: no SLO, so ``limit``."""
+    inputs.non_negative_int(limit, "limit")
+    inputs.counts(context, "context", minimum=0.0)
+    if tpot_slo_s is not None:
+        inputs.positive(tpot_slo_s, "tpot_slo_s")
     if tpot_slo_s is None:
         return int(limit)
     lo, hi = 0, int(limit)
@@ -180,6 +195,7 @@ KERNEL_MFU = 0.6  # "better kernels": MFU from the default 0.5 to 0.6 (an estima
 def naive_batch(dep: cost.Deployment, occupancy: float = NAIVE_OCCUPANCY) -> int:
     """Sequences a naive server keeps busy: contiguous KV reserved for the model's maximum length per slot,
     and static batches that run to completion, so on average only ``occupancy`` of the slots produce."""
+    inputs.real(occupancy, "occupancy", low=0.0, high=1.0, low_open=True, accepted="a fraction in (0, 1]")
     slots = int(cost.max_concurrency(dep, dep.model.max_position_embeddings))
     return max(1, int(np.floor(slots * occupancy)))
 
@@ -204,7 +220,7 @@ def lever_ranking(model: str | ModelConfig = cost.ANCHOR_MODEL, gpu: str | Hardw
     good = int(cost.max_concurrency(dep, seq))
     if good < 1:
         raise cost.InfeasibleDeployment(
-            f"not one sequence of {seq:,} tokens fits: it needs {seq * dep.kv_bytes_per_token / 2**30:.1f} GiB of "
+            f"not one sequence of {seq:,} tokens fits: it needs {float(cost.kv_bytes_per_sequence(dep, seq)) / 2**30:.1f} GiB of "
             f"KV cache and {cost.kv_budget_bytes(dep) / 2**30:.1f} GiB is free after weights and reserve")
 
     def usd(d: cost.Deployment, c: float) -> float:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from stage5 import cost
+from stage5 import cost, inputs
 from stage5.hardware import GB, Hardware
 from stage5.models import ModelConfig
 from stage5.names import resolve
@@ -56,6 +56,7 @@ def score_matrix_bytes(model: ModelConfig, prompt: cost.ArrayLike, bytes_per_ele
     matrix per query head and reads it back for the softmax and again for the PV product (three passes; the
     causal half is not skipped). FlashAttention keeps each tile of scores in on-chip memory, so this traffic
     drops to zero; the K and V bytes it reads are unchanged."""
+    inputs.bytes_per_number(bytes_per_element, "bytes_per_element")
     p = cost._positive(prompt, "prompt")
     return 3.0 * model.num_layers * model.num_heads * p * p * bytes_per_element
 
@@ -77,6 +78,7 @@ def kv_transfer_s(dep: cost.Deployment, prompt: cost.ArrayLike, link_bytes_per_s
     """Seconds to send a prefilled prompt's KV cache from a prefill pool to a decode pool of the same shape,
     each GPU over its own link of ``link_bytes_per_s`` (default: a 400 Gb/s network port per GPU)."""
     p = cost._positive(prompt, "prompt")
-    if not link_bytes_per_s > 0:
-        raise ValueError(f"link_bytes_per_s must be a positive bandwidth, got {link_bytes_per_s!r}")
+    # from a 10 Mb/s link to 1 PB/s, past any network port or NVLink (1.8 TB/s per GPU on Blackwell)
+    inputs.real(link_bytes_per_s, "link_bytes_per_s", low=1e6, high=1e15,
+                accepted="a positive bandwidth in [1e6, 1e15] bytes/s")
     return p * dep.kv_bytes_per_token / (link_bytes_per_s * dep.num_gpus)

@@ -11,7 +11,6 @@ unknown model_type, or a key that changes the architecture in a way its family d
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, replace
 from functools import cache
 from pathlib import Path
@@ -314,19 +313,9 @@ class ModelConfig:
     @classmethod
     def from_json_file(cls, path: str | Path) -> ModelConfig:
         """Read a ``config.json`` from disk; the model is named after the file."""
-        path = Path(path)
-        try:
-            cfg = json.loads(path.read_text(encoding="utf-8"))
-        except FileNotFoundError:
-            raise FileNotFoundError(f"no config file at {path}") from None
-        except IsADirectoryError:
-            raise ValueError(f"{path} is a directory; accepted: the path of a config.json file") from None
-        except (json.JSONDecodeError, UnicodeDecodeError) as err:
-            raise ValueError(f"{path} is not valid JSON: {err}") from None
-        except ValueError as err:  # e.g. an integer literal too long to convert
-            raise ValueError(f"{path}: {err}") from None
-        except OSError as err:
-            raise ValueError(f"cannot read {path}: {err.strerror or err}") from None
+        path = Path(path)  # a regular file of at most CONFIG_LIMIT_BYTES, nesting bounded: see stage5.inputs
+        text = inputs.read_small_file(path, inputs.CONFIG_LIMIT_BYTES, what="config file")
+        cfg = inputs.loads_json(text, what=str(path))
         return cls.from_hf_config(cfg, name=path.stem)
 
     def with_name(self, name: str) -> ModelConfig:

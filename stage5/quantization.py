@@ -34,7 +34,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from stage5 import cost
+from stage5 import cost, inputs
 from stage5.hardware import Hardware, get_gpu
 from stage5.models import ModelConfig, get_model
 
@@ -140,11 +140,15 @@ def end_to_end_gain(model: str | ModelConfig, gpu: str | Hardware, num_gpus: int
     ``prompt``, ``output`` and ``batch`` broadcast. In the batch case each deployment runs its own largest
     batch whose KV cache fits at the full sequence length (prompt + output), whatever ``batch`` says: the fair
     comparison, since a BF16 baseline held below its own ceiling makes any format look better. Where
-    ``batch`` does not fit the BF16 baseline the result is NaN.
+    ``batch`` does not fit the BF16 baseline the result is NaN in an array (a hole in a plotted sweep); a
+    single point that does not fit raises :class:`~stage5.cost.InfeasibleDeployment` instead.
 
     ``estimate``: the gain in estimate mode (``cost.Estimate()`` for the default terms), where costs such as
     the all-reduces do not shrink with the format.
     """
+    inputs.gpus(num_gpus)
+    for value, name in ((prompt, "prompt"), (output, "output"), (batch, "batch")):
+        inputs.counts(value, name)
     base, new = case_deployments(model, gpu, num_gpus, weights, case, kv, estimate)
     p, o, b = np.broadcast_arrays(*(np.asarray(x, dtype=float) for x in (prompt, output, batch)))
     seq = p + o
@@ -153,8 +157,14 @@ def end_to_end_gain(model: str | ModelConfig, gpu: str | Hardware, num_gpus: int
     if case == "weights+kv+batch":
         b_base = np.maximum(1, cost.max_concurrency(base, seq)).astype(float)
         b_new = np.maximum(1, cost.max_concurrency(new, seq)).astype(float)
+    if gain_is_scalar := not np.ndim(fits):
+        if not fits:  # one point that does not fit: say so, rather than return a NaN the caller may not check
+            raise cost.InfeasibleDeployment(
+                f"batch {float(b):,.0f} at {float(seq):,.0f} tokens does not fit the BF16 baseline's KV cache (at most "
+                f"{int(cost.max_concurrency(base, seq)):,} sequences); accepted: a batch that fits, or an array "
+                "of batches (then the points that do not fit are NaN)")
     gain = cost.request_gpu_seconds(base, p, o, b_base) / cost.request_gpu_seconds(new, p, o, b_new)
-    return np.where(fits, gain, np.nan)
+    return np.where(fits, gain, np.nan) if not gain_is_scalar else gain
 
 
 def decode_step_gain(model: str | ModelConfig, gpu: str | Hardware, num_gpus: int, batch: cost.ArrayLike,
@@ -162,6 +172,9 @@ def decode_step_gain(model: str | ModelConfig, gpu: str | Hardware, num_gpus: in
                      kv: str = "fp8", estimate: cost.Estimate | None = None) -> np.ndarray:
     """Decode-step speedup alone (no prefill), at the same batch: the mechanism without the dilution.
     ``estimate``: in estimate mode (default: the floor)."""
+    inputs.gpus(num_gpus)
+    inputs.counts(batch, "batch")
+    inputs.counts(context, "context", minimum=0.0)
     if case == "weights+kv+batch":
         raise ValueError("decode_step_gain compares steps at the same batch; use end_to_end_gain for that case")
     base, new = case_deployments(model, gpu, num_gpus, weights, case, kv, estimate)

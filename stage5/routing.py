@@ -30,6 +30,10 @@ def cost_ratio(big: str | ModelConfig, big_gpu: str | Hardware, big_gpus: int, s
                small_gpu: str | Hardware, small_gpus: int, prompt: int, output: int) -> float:
     """Steady-decode cost per output token of the small deployment over the big one, each at its largest batch
     that fits ``prompt + output``-token sequences, at the mean context (BF16, the cost model's assumptions)."""
+    inputs.gpus(big_gpus, "big_gpus")
+    inputs.gpus(small_gpus, "small_gpus")
+    inputs.counts(prompt, "prompt")
+    inputs.counts(output, "output")
     def best(model, gpu, n):
         dep = deployment(model, gpu, n)
         batch = int(cost.max_concurrency(dep, prompt + output))
@@ -41,9 +45,9 @@ def cost_ratio(big: str | ModelConfig, big_gpu: str | Hardware, big_gpus: int, s
 def blended_saving(routed_share: cost.ArrayLike, ratio: float) -> np.ndarray:
     """Cost saving when ``routed_share`` of traffic goes to a model costing ``ratio`` x per token:
     1 / ((1 - share) + share x ratio). Equal output lengths on both paths are assumed."""
-    r = np.asarray(routed_share, dtype=float)
-    if np.any((r < 0) | (r > 1)):
-        raise ValueError("routed_share is a fraction in [0, 1]")
+    r = inputs.reals(routed_share, "routed_share", low=0.0, high=1.0, accepted="a fraction in [0, 1] (or an array)")
+    # a model a million times cheaper (or dearer) per token is past any pair the course compares
+    ratio = inputs.real(ratio, "ratio (the routed model's cost per token over the big one's)", low=1e-6, high=1e6)
     return 1.0 / ((1.0 - r) + r * ratio)
 
 

@@ -255,9 +255,41 @@ class Simulator:
         unknown = set(values) - set(self.controls)
         if unknown:
             raise KeyError(f"unknown inputs {sorted(unknown)}; accepted: {sorted(self.controls)}")
+        from traitlets import TraitError
+
         for name, value in values.items():
-            self.controls[name].value = value
+            self._check(name, value)
+        for name, value in values.items():
+            try:
+                self.controls[name].value = value
+            except TraitError as err:  # anything the checks above missed: still one sentence, never a traceback
+                raise ValueError(f"{name} cannot be {value!r}: {str(err).splitlines()[0]}") from None
         return self.outputs
+
+    def _check(self, name: str, value: object) -> None:
+        """Refuse what a control cannot show: a bounded box or slider would clamp it silently (prompt=-5 shown
+        as 1), a drop-down would raise a trait error. One sentence, naming the input and what is accepted."""
+        import numbers
+
+        control = self.controls[name]
+        options = getattr(control, "_options_values", None)
+        if options is not None:
+            if not isinstance(value, str) or value not in options:
+                raise ValueError(f"{name} must be one of {', '.join(map(str, options))}; got {value!r}")
+            return
+        if isinstance(control.value, str):
+            if not isinstance(value, str):
+                raise ValueError(f"{name} must be text, got {type(value).__name__}")
+            return
+        whole = isinstance(control.value, int)
+        if (not isinstance(value, numbers.Real) or isinstance(value, bool)
+                or (whole and not float(value).is_integer()) or not math.isfinite(float(value))):
+            kind = "an integer" if whole else "a finite number"
+            raise ValueError(f"{name} must be {kind}, got {value!r}")
+        low, high = getattr(control, "min", None), getattr(control, "max", None)
+        if low is not None and not low <= value <= high:
+            raise ValueError(f"{name} must be in [{low:,}, {high:,}] (the control's range, which would otherwise "
+                             f"clamp it), got {value!r}")
 
     @property
     def hidden(self) -> bool:

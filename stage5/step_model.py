@@ -1,4 +1,4 @@
-"""The toy engine's step time, predicted from a :class:`stage5.calibrate.Calibration` and a ``ModelConfig``.
+"""The toy engine's step time, predicted from a :class:`stage5.calibration.Calibration` and a ``ModelConfig``.
 
     predicted step = overhead + max(weight bytes / bandwidth, FLOPs / achieved rate) + attention
 
@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import ArrayLike
 
-from stage5.calibrate import Calibration
+from stage5.calibration import Calibration
 from stage5.models import ModelConfig
 
 BYTES_PER_PARAM = 4  # the toy engine runs float32

@@ -19,13 +19,12 @@ while looking at: :attr:`stage5.published.Source.in_sample`) and held out separa
 
 from __future__ import annotations
 
-import argparse
-import json
 from dataclasses import dataclass
 
 import numpy as np
 
 from stage5 import cost
+from stage5.inputs import OneLineParser, dumps
 from stage5.published import SERVING_POINTS, SOURCES, ServingPoint
 from stage5.quantization import deployment
 
@@ -245,12 +244,12 @@ def plot_predicted_vs_measured(report: dict[str, object] | None = None, ax=None)
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m stage5 validate", description=__doc__.split("\n")[0])
+    parser = OneLineParser(prog="python -m stage5 validate", description=__doc__.split("\n")[0])
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
     args = parser.parse_args(argv)
     report = summary()
     if args.json:
-        print(json.dumps(report, indent=1))
+        print(dumps(report, indent=1))
         return 0
     print(f"{'point':<44} {'metric':<8} {'measured':>9} {'floor':>9} {'estimate':>9} {'f/m':>6} {'e/m':>6}")
     for r in report["points"]:

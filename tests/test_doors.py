@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
@@ -450,3 +452,487 @@ def test_inputs_helpers_refuse_bools_and_fractions():
     with pytest.raises(inputs.InputError, match="got nan"):
         inputs.fraction(math.nan, "f")
     assert inputs.positive_int(3.0, "n") == 3
+
+
+# ================================================================ the doors added with the calibration and the load bench
+# Issue 31. Every case runs under a generous hang guard (a hang is a failure, never a stuck suite); nothing
+# here asserts on how fast anything ran.
+import argparse  # noqa: E402
+import functools  # noqa: E402
+import os  # noqa: E402
+import signal  # noqa: E402
+import subprocess  # noqa: E402
+import sys  # noqa: E402
+
+from stage5 import calibrate as cal_mod  # noqa: E402
+from stage5 import calibration, cli, quantization  # noqa: E402
+from stage5.bench_simulator import main as bench_simulator_main  # noqa: E402
+from stage5.engine.clock import VirtualClock, WallClock  # noqa: E402
+from stage5.engine.kv import ContiguousAllocator, KVPool, PagedAllocator  # noqa: E402
+from stage5.engine.roofline_toy import ROOFLINE_TOY  # noqa: E402
+from stage5.inputs import InputError, OneLineParser  # noqa: E402
+from stage5.simulator import Simulator  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+class Hang(Exception):
+    """A case ran past its guard: a hang, reported as a failure."""
+
+
+def no_hang(seconds: float = 120.0):
+    """Run each call (each hypothesis example) under a wall-clock guard far above its CPU cost."""
+    def deco(fn):
+        @functools.wraps(fn)
+        def run(*args, **kwargs):
+            def alarm(signum, frame):
+                raise Hang(f"{fn.__name__} ran past {seconds:g} s: a hang")
+            old = signal.signal(signal.SIGALRM, alarm)
+            signal.setitimer(signal.ITIMER_REAL, seconds)
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                signal.setitimer(signal.ITIMER_REAL, 0)
+                signal.signal(signal.SIGALRM, old)
+        return run
+    return deco
+
+
+GOOD_CAL = calibration.Calibration(machine="test", threads=1, bandwidth=20e9, rows=(1, 4, 16, 64, 256),
+                                   rates=(10e9, 25e9, 60e9, 90e9, 100e9), overhead_step_s=5e-4,
+                                   overhead_seq_s=5e-5, model=ROOFLINE_TOY.name)
+GOOD_DICT = json.loads(GOOD_CAL.to_json())
+
+# (what is done to a valid cache, the field the one-line warning must name)
+HOSTILE_CACHES = [
+    ({"bandwidth": math.nan}, "bandwidth"), ({"bandwidth": 0}, "bandwidth"),
+    ({"bandwidth": -20e9}, "bandwidth"), ({"rates": [0, 0, 0, 0, 0]}, "rates"),
+    ({"overhead_step_s": -1}, "overhead_step_s"), ({"overhead_step_s": math.inf}, "overhead_step_s"),
+    ({"rows": "abc"}, "rows"), ({"rows": [1, 4, 16]}, "rows"), ({"rows": [1, 4, 4, 64, 256]}, "increasing"),
+    ({"rates": [1e9, "x", 1e9, 1e9, 1e9]}, "rates"), ({"threads": True}, "threads"), ({"machine": 7}, "machine"),
+    ({"bandwidth": 1e300}, "bandwidth"), ({"extra": 1}, "extra"), ({"model": None}, "model"),
+]
+
+
+def _write_cache(path: Path, change: dict | str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if isinstance(change, str):
+        path.write_text(change)
+    else:
+        path.write_text(json.dumps({**GOOD_DICT, **change}))  # json writes NaN/Infinity, as an editor might
+
+
+@pytest.fixture
+def hostile_home(tmp_path, monkeypatch):
+    """A private cache folder, and measuring replaced by the made-up machine (no seconds of timing)."""
+    monkeypatch.setenv("STAGE5_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(cal_mod, "measure", lambda cfg: GOOD_CAL)
+    return tmp_path
+
+
+@pytest.mark.parametrize("change, field", HOSTILE_CACHES)
+@no_hang(60)
+def test_a_hostile_cache_is_set_aside_and_measured_again(change, field, hostile_home, capsys):
+    path = cal_mod.cache_path(ROOFLINE_TOY)
+    _write_cache(path, change)
+    assert cal_mod.calibrate(ROOFLINE_TOY) == GOOD_CAL  # re-measured, never used
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and field in err and "Traceback" not in err, err
+    assert path.with_name(path.name + ".invalid").exists()  # set aside for inspection
+    assert calibration.read_cache(path) == GOOD_CAL  # the fresh measurement was written in its place
+
+
+@pytest.mark.parametrize("text", ["{not json", "[]", "", "\xff", "[" * 10_000, "1" * 70_000])
+@no_hang(60)
+def test_a_damaged_cache_file_is_one_line(text, hostile_home, capsys):
+    path = cal_mod.cache_path(ROOFLINE_TOY)
+    _write_cache(path, text)
+    assert cal_mod.calibrate(ROOFLINE_TOY) == GOOD_CAL
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Traceback" not in err
+
+
+@pytest.mark.parametrize("where", ["cache_path_is_a_directory", "cache_dir_is_a_file", "cache_dir_unwritable"])
+@no_hang(60)
+def test_a_cache_that_cannot_be_written_is_kept_in_memory(where, hostile_home, monkeypatch, capsys):
+    if where == "cache_path_is_a_directory":
+        cal_mod.cache_path(ROOFLINE_TOY).mkdir(parents=True)
+    elif where == "cache_dir_is_a_file":
+        (hostile_home / "file").write_text("x")
+        monkeypatch.setenv("STAGE5_CACHE_DIR", str(hostile_home / "file"))
+    else:  # even root cannot create a folder in /proc
+        monkeypatch.setenv("STAGE5_CACHE_DIR", "/proc/stage5-cache-test")
+    assert cal_mod.calibrate(ROOFLINE_TOY) == GOOD_CAL
+    err = capsys.readouterr().err
+    assert err.count("\n") <= 2 and "cannot save the calibration" in err and "Traceback" not in err, err
+    assert not list(hostile_home.rglob("*.tmp"))  # no half-written file left behind
+
+
+CAL_FIELDS = st.one_of(JSON_SCALARS, st.lists(JSON_SCALARS, max_size=6),
+                       st.lists(st.floats(allow_nan=True, allow_infinity=True), min_size=5, max_size=5))
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(changes=st.dictionaries(st.sampled_from([*GOOD_DICT, "bogus"]), CAL_FIELDS, min_size=1, max_size=3))
+@no_hang(30)
+def test_reading_any_cache_gives_a_valid_record_or_none(changes, tmp_path):
+    path = tmp_path / f"calibration-{abs(hash(repr(changes)))}.json"
+    path.write_text(json.dumps({**GOOD_DICT, **changes}))
+    cal = calibration.read_cache(path)
+    if cal is None:
+        return
+    assert math.isfinite(cal.bandwidth) and cal.bandwidth > 0 and cal.overhead_step_s >= 0
+    assert len(cal.rows) == len(cal.rates) and all(r > 0 and math.isfinite(r) for r in cal.rates)
+    assert list(cal.rows) == sorted(set(cal.rows))
+    step = float(__import__("stage5.step_model", fromlist=["x"]).predict_step(cal, ROOFLINE_TOY, 4, 100).time_s)
+    assert math.isfinite(step) and step > 0
+
+
+# ---------------------------------------------------------------- every --json command, under a hostile cache
+JSON_COMMANDS = [
+    ["calibrate", "--json"],
+    ["bench", "load", "--requests", "3", "--no-wall", "--rates", "1", "--json"],
+    ["bench", "roofline", "--rounds", "1", "--json"],
+    ["validate", "--json"],
+    ["model", "mistral-7b", "--json"],
+    ["deploy", "--model", "llama3-8b", "--gpu", "H100", "--context", "4096", "--batch", "8", "--json"],
+]
+
+
+def test_every_json_print_goes_through_the_strict_encoder():
+    """Every JSON a command prints is encoded with allow_nan=False (inputs.dumps): a source scan, so a new
+    --json command that forgets it fails here."""
+    offenders = []
+    for path in (REPO / "stage5").rglob("*.py"):
+        text = path.read_text()
+        for i, line in enumerate(text.splitlines(), 1):
+            if "json.dumps(" in line and "allow_nan=False" not in line and path.name != "inputs.py":
+                offenders.append(f"{path.relative_to(REPO)}:{i}")
+    allowed = {"stage5/engine/checkpoints.py"}  # writes the trained models' configs, never a user's number
+    assert [o for o in offenders if o.split(":")[0] not in allowed and "/grading/" not in o] == []
+
+
+@pytest.mark.parametrize("argv", JSON_COMMANDS, ids=lambda a: " ".join(a[:2]))
+@no_hang(300)
+def test_json_commands_print_strict_json_under_a_hostile_cache(argv, hostile_home, monkeypatch, capsys):
+    """The cache holds NaN bandwidth (the case that made bench load loop forever): every command answers in
+    strict JSON, or refuses in one line."""
+    _write_cache(cal_mod.cache_path(ROOFLINE_TOY), {"bandwidth": math.nan, "rates": [0] * 5})
+    if argv[:2] == ["bench", "roofline"]:  # the timing loop is not the door under test: feed it made-up steps
+        from stage5.engine import bench_roofline
+        monkeypatch.setattr("stage5.engine.roofline_toy.load_roofline_toy", lambda: (None, ROOFLINE_TOY))
+        monkeypatch.setattr(bench_roofline, "measure_decode_steps", lambda *a, **k: (
+            {b: 1e-3 * (1 + b / 32) for b in bench_roofline.BATCHES}, {b: 8.0 for b in bench_roofline.BATCHES}))
+    code = main(argv)
+    captured = capsys.readouterr()
+    assert "Traceback" not in captured.err
+    if code == 2:
+        assert captured.err.startswith("error: ") and captured.err.count("\n") == 1
+        return
+    assert code == 0
+    _strict_json(captured.out)
+
+
+def test_a_non_finite_result_is_one_line_not_json_nan():
+    with pytest.raises(InputError, match=r"non-finite number at engines\.a\[1\]"):
+        inputs.dumps({"engines": {"a": [1.0, math.nan]}})
+
+
+# ---------------------------------------------------------------- flags: one parser, physical bounds
+@pytest.mark.parametrize("argv", [
+    ["bench", "roofline", "--bogus"], ["bench", "roofline", "--rounds", "0"], ["bench", "roofline", "--rounds", "abc"],
+    ["bench", "roofline", "--rounds", "100000"], ["validate", "--bogus"], ["calibrate", "--bogus"],
+    ["bench", "load", "--rates", "1e-300"], ["bench", "load", "--rates", "5e-324"], ["bench", "load", "--rates", "nan"],
+    ["bench", "load", "--requests", "1000000"], ["bench", "--threads", "100000"], ["bench", "spec", "--k", "1000"],
+    ["bench", "prefix", "--scale", "1e-320"],
+    ["deploy", "--model", "llama3-8b", "--gpu", "H100", "--context", "4096", "--batch", "8", "--gpus", str(10**30)],
+    ["deploy", "--model", "llama3-8b", "--gpu", "H100", "--context", "4096", "--batch", "8", "--gpus", "1000000"],
+    ["deploy", "--model", "llama3-8b", "--gpu", "H100", "--context", "4096", "--batch", "8", "--mfu", "1e-320"],
+    ["deploy", "--model", "llama3-8b", "--gpu", "H100", "--context", "10", "--batch", "8", "--prompt", "5000"],
+    ["deploy", "--model", "llama3-8b", "--gpu", "H100", "--context", "4096", "--batch", "8", "--price", "1e9"],
+])
+@no_hang(60)
+def test_bad_flags_of_the_new_doors_exit_2_with_one_line(argv, capsys):
+    assert main(argv) == 2
+    _one_line_error(capsys)
+
+
+@no_hang(60)
+def test_bench_simulator_repeats_are_checked(capsys):
+    for bad in ("0", "abc", "100000"):
+        with pytest.raises(SystemExit) as stop:
+            bench_simulator_main(["--repeats", bad])
+        assert stop.value.code == 2
+        _one_line_error(capsys)
+
+
+def test_the_bounds_are_stated_in_the_message(capsys):
+    assert main(["deploy", "--model", "llama3-8b", "--gpu", "H100", "--context", "4096", "--batch", "8",
+                 "--gpus", "1000000"]) == 2
+    assert "<= 72" in (err := _one_line_error(capsys)) and "NVL72" in err
+    assert main(["bench", "load", "--rates", "1e-300"]) == 2
+    assert "[0.001, 1e+06]" in _one_line_error(capsys)
+
+
+def test_the_refusal_honours_the_sliding_window(capsys):
+    """Mistral-7B on an L4 at 32,768 tokens: its 4,096-token window caps each sequence at 0.5 GiB, so six
+    sequences need 3.0 GiB (not 24.0 GiB as if every token were kept)."""
+    assert main(["deploy", "--model", "mistral-7b", "--gpu", "L4", "--context", "32768", "--batch", "6"]) == 2
+    err = _one_line_error(capsys)
+    assert "needs 3.0 GiB" in err and "4,096-token sliding window" in err
+
+
+FLAG_BOUNDS = {"blocks": 2**20, "requests": 10_000, "rounds": 1_000, "threads": os.cpu_count() or 1, "k": 64, "max_k": 64,
+               "max_batch": 4096, "block_size": 4096}
+
+
+class _Parsed(Exception):
+    """Raised instead of running a benchmark once its flags have parsed."""
+
+
+BENCH_FLAGS = {
+    ("bench",): ["--requests", "--seed", "--blocks", "--block-size", "--max-batch", "--threads"],
+    ("bench", "load"): ["--requests", "--seed", "--rates"],
+    ("bench", "roofline"): ["--rounds"],
+    ("bench", "spec"): ["--requests", "--k", "--max-k", "--max-batch", "--threads"],
+    ("bench", "prefix"): ["--seed", "--scale", "--threads"],
+    ("calibrate",): [], ("validate",): [],
+}
+
+
+@st.composite
+def bench_argv(draw) -> list[str]:
+    command = draw(st.sampled_from(sorted(BENCH_FLAGS)))
+    flags = draw(st.lists(st.sampled_from([*BENCH_FLAGS[command], "--bogus"]), max_size=3, unique=True))
+    argv = list(command)
+    for flag in flags:
+        argv.append(flag)
+        if flag == "--rates":
+            argv.append(",".join(draw(st.lists(TOKENS, min_size=1, max_size=3))))
+        elif flag != "--bogus":
+            argv.append(draw(TOKENS))
+    return argv
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(argv=bench_argv())
+@no_hang(30)
+def test_every_bench_flag_parses_within_bounds_or_exits_2(argv, monkeypatch, capsys):
+    """A flag either parses to a finite value within its stated bounds (the run itself is stopped there), or
+    the command exits 2 with one line."""
+    def parse_then_stop(self, args=None, namespace=None):
+        raise _Parsed(argparse.ArgumentParser.parse_args(self, args, namespace))  # the real parse, then stop
+    with monkeypatch.context() as m:
+        m.setattr(OneLineParser, "parse_args", parse_then_stop)
+        try:
+            code = main(argv)
+        except _Parsed as parsed:
+            for name, value in vars(parsed.args[0]).items():
+                if name == "rates":
+                    assert all(1e-3 <= r <= 1e6 for r in value)
+                elif isinstance(value, float):
+                    assert math.isfinite(value) and 0.01 <= value <= 100, (name, value)  # --scale
+                elif isinstance(value, int) and not isinstance(value, bool):
+                    assert 0 <= value <= FLAG_BOUNDS.get(name, inputs.MAX_COUNT), (name, value)
+            return
+    assert code == 2
+    _one_line_error(capsys)
+
+
+# ---------------------------------------------------------------- reading a config is bounded
+@no_hang(60)
+def test_model_refuses_deep_nesting_devices_and_fifos_in_one_line(tmp_path, capsys):
+    deep = tmp_path / "deep.json"
+    deep.write_text("[" * 100_000 + "]" * 100_000)
+    fifo = tmp_path / "x.json"
+    os.mkfifo(fifo)
+    big = tmp_path / "big.json"
+    big.write_text(" " * (2**20 + 1))
+    for path, words in ((deep, "nests more than"), ("/dev/zero", "not a regular file"), (fifo, "not a regular file"),
+                        (big, "at most 1,048,576 bytes")):
+        assert main(["model", str(path)]) == 2
+        assert words in _one_line_error(capsys)
+
+
+@no_hang(120)
+def test_a_closed_pipe_ends_quietly():
+    """`python -m stage5 model X | head -1`: the reader is gone before the output is written."""
+    proc = subprocess.Popen([sys.executable, "-m", "stage5", "model", "llama3-8b"], cwd=REPO, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, env={**os.environ, "PYTHONPATH": str(REPO)})
+    proc.stdout.close()  # before the child has imported anything, so its first write meets a closed pipe
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=100) == 141 and "Traceback" not in err and "BrokenPipe" not in err, err
+
+
+# ---------------------------------------------------------------- layering: the cost layer never imports torch
+def test_the_cost_layer_and_the_calibration_record_import_no_torch():
+    code = ("import sys, stage5.calibrate, stage5.calibration, stage5.cost, stage5.step_model, stage5.cli; "
+            "bad = sorted(m for m in sys.modules if m == 'torch' or m.startswith(('torch.', 'stage5.engine'))); "
+            "print(bad[:5]); sys.exit(1 if bad else 0)")
+    done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+# ---------------------------------------------------------------- arithmetic that cannot vanish
+def test_a_step_that_would_vanish_on_the_clock_is_refused():
+    clock = WallClock()
+    clock.wait_until(1e300)  # an arrival at a rate of 1e-300 requests/s
+    with pytest.raises(InputError, match="vanishes"):
+        clock.step(1, 1, 1, 1e-3)
+    with pytest.raises(InputError, match="finite"):
+        WallClock().wait_until(math.nan)
+    virtual = VirtualClock(GOOD_CAL, ROOFLINE_TOY)
+    assert virtual.step(2, 2, 20, 0.0) > 0
+
+
+# ---------------------------------------------------------------- the library's public functions
+DEP = cost.Deployment.of("llama3-8b", "H100", 1)
+PUBLIC = {  # name -> (function, valid keyword arguments)
+    "cost.decode_intensity": (cost.decode_intensity, {"batch": 4, "bytes_per_param": 2.0}),
+    "cost.ridge_point": (lambda **k: cost.ridge_point(DEP.gpu, **k), {"bytes_per_param": 2.0}),
+    "cost.experts_touched": (cost.experts_touched, {"num_experts": 8, "experts_per_token": 2, "tokens": 4}),
+    "cost.decode_intensity_with_kv": (lambda **k: cost.decode_intensity_with_kv(DEP, **k), {"batch": 4, "context": 1024}),
+    "cost.attention_flops": (lambda **k: cost.attention_flops(DEP.model, **k), {"new_tokens": 4, "cached": 10}),
+    "cost.kv_traffic_bytes": (lambda **k: cost.kv_traffic_bytes(DEP, **k), {"batch": 4, "context": 1024}),
+    "cost.decode_step": (lambda **k: cost.decode_step(DEP, **k).time_s, {"batch": 4, "context": 1024,
+                                                                          "tokens_per_seq": 1}),
+    "cost.kv_bytes_per_sequence": (lambda **k: cost.kv_bytes_per_sequence(DEP, **k), {"context": 1024}),
+    "cost.max_concurrency": (lambda **k: cost.max_concurrency(DEP, **k), {"context": 1024}),
+    "cost.price_per_s": (lambda **k: cost.price_per_s(DEP, **k), {"price_per_gpu_hour": 3.0}),
+    "cost.cost_terms": (lambda **k: cost.cost_terms(DEP, **k).dollars_per_million,
+                        {"batch": 4, "context": 1024, "tokens_per_seq": 1.0, "price_per_gpu_hour": 3.0}),
+    "cost.cost_per_million_tokens": (lambda **k: cost.cost_per_million_tokens(DEP, **k),
+                                     {"batch": 4, "context": 1024, "price_per_gpu_hour": 3.0}),
+    "cost.request_gpu_seconds": (lambda **k: cost.request_gpu_seconds(DEP, **k),
+                                 {"prompt_tokens": 1024, "output_tokens": 128, "batch": 1, "prefix_hit": 0.0}),
+    "quantization.end_to_end_gain": (lambda **k: quantization.end_to_end_gain("llama3-8b", "H100", **k),
+                                     {"num_gpus": 1, "prompt": 1024, "output": 128, "batch": 4}),
+    "quantization.decode_step_gain": (lambda **k: quantization.decode_step_gain("llama3-8b", "H100", **k),
+                                      {"num_gpus": 1, "batch": 4, "context": 1024}),
+    "routing.blended_saving": (routing.blended_saving, {"routed_share": 0.5, "ratio": 0.1}),
+    "levers.dollars_per_million": (lambda **k: levers.dollars_per_million(DEP, **k),
+                                   {"prompt": 1024, "output": 128, "concurrency": 4, "prefix_hit": 0.0,
+                                    "decode_speedup": 1.0, "price_per_gpu_hour": 3.0}),
+    "levers.latency_s": (lambda **k: levers.latency_s(DEP, **k),
+                         {"prompt": 1024, "output": 128, "concurrency": 4, "decode_speedup": 1.0}),
+    "levers.naive_batch": (lambda **k: levers.naive_batch(DEP, **k), {"occupancy": 0.5}),
+    "levers.max_batch_within_slo": (lambda **k: levers.max_batch_within_slo(DEP, **k),
+                                    {"context": 1024, "limit": 64, "tpot_slo_s": 0.05}),
+    "long_context.score_matrix_bytes": (lambda **k: __import__("stage5.long_context", fromlist=["x"])
+                                        .score_matrix_bytes(DEP.model, **k), {"prompt": 1024, "bytes_per_element": 2.0}),
+    "long_context.kv_transfer_s": (lambda **k: __import__("stage5.long_context", fromlist=["x"])
+                                   .kv_transfer_s(DEP, **k), {"prompt": 1024, "link_bytes_per_s": 5e10}),
+    "cli.diagnose_deployment": (lambda **k: cli.diagnose_deployment(DEP, **k)["usd_per_million_tokens"],
+                                {"context": 1024, "batch": 4, "price": 3.0}),
+}
+BAD_NUMBERS = st.one_of(NUMBERS, st.sampled_from([-3, -4, 0, 1e-320, 5e-324, 10**30, -math.inf]))
+
+
+@pytest.mark.parametrize("call, expected", [
+    (lambda: cost.cost_per_million_tokens(DEP, 4, 1024, -3), "price_per_gpu_hour"),
+    (lambda: cost.decode_intensity(-4), "batch"),
+    (lambda: quantization.end_to_end_gain("llama3-8b", "H100", 1, 1024, 128, 10**6), "does not fit"),
+    (lambda: routing.blended_saving(1.0, ratio=0), "ratio"),
+    (lambda: cli.diagnose_deployment(DEP, 1024, 4, price=-1), "price"),
+])
+def test_the_issues_public_function_probes_raise_one_sentence(call, expected):
+    with pytest.raises(ValueError, match=expected) as err:
+        call()
+    assert "\n" not in str(err.value)
+
+
+@settings(max_examples=120, deadline=None)
+@given(name=st.sampled_from(sorted(PUBLIC)), data=st.data())
+@no_hang(30)
+def test_public_functions_answer_finite_or_refuse_in_one_sentence(name, data):
+    fn, kwargs = PUBLIC[name]
+    changed = data.draw(st.lists(st.sampled_from(sorted(kwargs)), min_size=1, max_size=2, unique=True))
+    kwargs = {**kwargs, **{k: data.draw(BAD_NUMBERS, label=k) for k in changed}}
+    try:
+        out = fn(**kwargs)
+    except (ValueError, TypeError) as err:
+        assert str(err) and "\n" not in str(err)
+        return
+    values = np.asarray(out, dtype=float)
+    assert np.all(np.isfinite(values)) and np.all(values >= 0), (name, kwargs, out)
+
+
+# ---------------------------------------------------------------- the simulator widget
+@pytest.fixture(scope="module")
+def sim():
+    return Simulator()
+
+
+@pytest.mark.parametrize("change, words", [({"prompt": -5}, "prompt must be in [1,"), ({"num_gpus": 0}, "num_gpus"),
+                                           ({"gpu": "nope"}, "gpu must be one of")])
+def test_the_widget_refuses_rather_than_clamps(sim, change, words):
+    before = sim.inputs
+    with pytest.raises(ValueError, match=re.escape(words)):
+        sim.set(**change)
+    assert sim.inputs == before  # nothing was clamped behind the learner's back
+
+
+SIM_VALUES = st.one_of(NUMBERS, st.text(max_size=6), st.sampled_from(["H200", "fp8", "llama3-8b", "latency", 4096]))
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(name=st.sampled_from(["prompt", "output", "concurrency", "num_gpus", "alpha", "k", "prefix_hit", "gpu",
+                             "weights", "kv", "price_per_gpu_hour", "objective"]), value=SIM_VALUES)
+@no_hang(60)
+def test_widget_set_shows_exactly_what_was_set_or_refuses(sim, name, value):
+    try:
+        sim.set(**{name: value})
+    except ValueError as err:
+        assert str(err) and "\n" not in str(err)
+        return
+    assert sim.controls[name].value == value  # shown as given, never clamped
+
+
+# ---------------------------------------------------------------- the engine's parts check their sizes
+@pytest.mark.parametrize("build, words", [
+    (lambda m: Engine(m, CFG, num_blocks=10**13), "GiB"), (lambda m: Engine(m, CFG, num_blocks=2**62), "2**53"),
+    (lambda m: Engine(m, CFG, block_size=10**12), "would take"), (lambda m: PagedAllocator(4, -1), "block_size"),
+    (lambda m: KVPool(CFG, -5, torch.float32), "num_slots"), (lambda m: DraftModelDrafter(m, CFG, num_blocks=0),
+                                                              "num_blocks"),
+    (lambda m: KVPool(CFG, 10**13, torch.float32), "this machine has"),
+])
+@no_hang(60)
+def test_the_engines_parts_refuse_impossible_sizes(tiny, build, words):
+    with pytest.raises(ValueError, match=re.escape(words)) as err:
+        build(tiny)
+    assert "\n" not in str(err.value)
+
+
+SIZES = st.one_of(st.integers(-3, 64), st.sampled_from([2**62, 10**13, 10**12, 2.5, True, None, "8", math.nan]))
+
+
+@settings(max_examples=60, deadline=None)
+@given(kind=st.sampled_from(["paged", "contiguous", "pool", "engine", "draft"]), a=SIZES, b=SIZES)
+@no_hang(30)
+def test_allocators_and_pools_are_built_small_or_refused(tiny, kind, a, b):
+    try:
+        if kind == "paged":
+            made = PagedAllocator(a, b)
+            assert made.blocks_for(5) >= 1 and made.num_free == a
+        elif kind == "contiguous":
+            made = ContiguousAllocator(a)
+            assert made.num_free_slots == a
+        elif kind == "pool":
+            made = KVPool(CFG, a, torch.float32)
+            assert made.nbytes == a * CFG.kv_bytes_per_token(4)
+        elif kind == "engine":
+            Engine(tiny, CFG, num_blocks=a, block_size=b)
+        else:
+            DraftModelDrafter(tiny, CFG, num_blocks=a, block_size=b)
+    except (ValueError, TypeError) as err:
+        assert str(err) and "\n" not in str(err)
+
+
+def test_a_count_past_int64_is_refused_not_wrapped():
+    """A billion billion GPUs (the library's Deployment takes any count): max_concurrency would wrap int64 to a
+    negative number; it says why instead."""
+    huge = cost.Deployment.of("llama3-8b", "H100", 2**60)
+    with pytest.raises(ValueError, match="past 2\\*\\*53"):
+        cost.max_concurrency(huge, 1)
+    assert int(cost.max_concurrency(cost.Deployment.of("llama3-8b", "H100", 72), 1)) > 0

@@ -53,9 +53,9 @@ def test_unknown_gpu_lists_close_matches():
 
 
 def test_calibration_is_quick_and_plausible():
-    t0 = time.perf_counter()
+    t0 = time.process_time()  # CPU seconds, not wall: a busy machine slows the wall clock, not the work
     hw = this_machine()
-    assert time.perf_counter() - t0 < 15
+    assert time.process_time() - t0 < 15
     # Any CPU this course runs on moves between 1 GB/s and 1 TB/s and multiplies between 1 GFLOP/s and 100 TFLOP/s.
     assert 1e9 < hw.bandwidth < 1e12
     assert 1e9 < hw.flops_bf16 < 1e14

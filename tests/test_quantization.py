@@ -41,7 +41,11 @@ def test_cases_are_ordered_and_bounded():
 
 
 def test_infeasible_baseline_batch_is_nan_and_bad_inputs_raise():
-    assert np.isnan(end_to_end_gain(*ARGS, 4096, 256, 10_000, "fp8", "weights"))
+    # in a sweep the point that does not fit is a hole; alone, it is refused with the reason (not a bare NaN)
+    gains = end_to_end_gain(*ARGS, 4096, 256, np.array([8, 10_000]), "fp8", "weights")
+    assert np.isfinite(gains[0]) and np.isnan(gains[1])
+    with pytest.raises(ValueError, match="does not fit the BF16 baseline"):
+        end_to_end_gain(*ARGS, 4096, 256, 10_000, "fp8", "weights")
     with pytest.raises(ValueError):
         weight_format("fp3")
     with pytest.raises(ValueError):

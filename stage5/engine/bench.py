@@ -11,7 +11,6 @@ the calibration cached by ``python -m stage5 calibrate``).
 
 from __future__ import annotations
 
-import json
 import sys
 import time
 from collections.abc import Callable
@@ -21,7 +20,7 @@ import torch
 from stage5.engine.engine import Engine, RunResult
 from stage5.engine.sequence import Request
 from stage5.engine.workload import WorkloadSpec, make_workload
-from stage5.inputs import OneLineParser, arg_int
+from stage5.inputs import OneLineParser, arg_int, arg_requests, arg_threads, dumps
 
 COMBINATIONS = [("contiguous", "static"), ("contiguous", "continuous"), ("paged", "static"), ("paged", "continuous")]
 COLUMNS = ["tokens_per_s", "tokens_per_step", "kv_utilization", "peak_running", "steps", "wall_s"]
@@ -108,12 +107,16 @@ def main(argv: list[str] | None = None) -> int:
 
         return roofline_main(argv[1:])
     parser = OneLineParser(prog="python -m stage5 bench", description=__doc__.splitlines()[0])
-    parser.add_argument("--requests", type=arg_int(), default=WorkloadSpec.n, help="number of requests")
+    parser.add_argument("--requests", type=arg_requests(), default=WorkloadSpec.n, help="number of requests")
     parser.add_argument("--seed", type=arg_int(0), default=0, help="workload seed (>= 0)")
-    parser.add_argument("--blocks", type=arg_int(), default=DEFAULT_BLOCKS, help="K/V pool size in blocks")
-    parser.add_argument("--block-size", type=arg_int(), default=DEFAULT_BLOCK_SIZE, help="tokens per block")
-    parser.add_argument("--max-batch", type=arg_int(), default=DEFAULT_MAX_BATCH, help="most sequences in one step")
-    parser.add_argument("--threads", type=arg_int(), default=1,
+    parser.add_argument("--blocks", type=arg_int(1, 2**20, why="a million blocks of 16 tokens is 128 GiB of the "
+                                                     "roofline toy's float32 K/V, past a desktop's memory"),
+                        default=DEFAULT_BLOCKS, help="K/V pool size in blocks, at most 1,048,576")
+    parser.add_argument("--block-size", type=arg_int(1, 4096, why="vLLM's blocks hold 16 to 128 tokens"),
+                        default=DEFAULT_BLOCK_SIZE, help="tokens per block")
+    parser.add_argument("--max-batch", type=arg_int(1, 4096, why="the workload has at most thousands of requests"),
+                        default=DEFAULT_MAX_BATCH, help="most sequences in one step")
+    parser.add_argument("--threads", type=arg_threads(), default=1,
                         help="torch CPU threads (default 1: on a shared machine, more threads than free cores "
                              "make small steps wildly slower and the timings meaningless)")
     parser.add_argument("--model", choices=("roofline", "target"), default="roofline",
@@ -149,7 +152,7 @@ def main(argv: list[str] | None = None) -> int:
                 "output_tokens": sum(r.output_len for r in requests)}
     if args.json:
         engines = {name: {k: r.metrics()[k] for k in COLUMNS} for name, r in results.items()}
-        print(json.dumps({"workload": workload, "engines": engines}, indent=2))
+        print(dumps({"workload": workload, "engines": engines}, indent=2))
         return 0
 
     print(f"{args.requests} requests (seed {args.seed}): {workload['prompt_tokens']} prompt tokens, "
@@ -181,4 +184,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from stage5.inputs import run_command
+
+    run_command(main)

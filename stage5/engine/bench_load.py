@@ -27,8 +27,6 @@ times the longest prompt's prefill, both predicted for the roofline toy.
 
 from __future__ import annotations
 
-import json
-import sys
 from dataclasses import dataclass, field
 
 import torch
@@ -36,7 +34,7 @@ import torch
 from stage5.engine.clock import VirtualClock, WallClock
 from stage5.engine.engine import Engine, RunResult
 from stage5.engine.workload import Lengths, make_arrivals
-from stage5.inputs import OneLineParser, arg_int
+from stage5.inputs import OneLineParser, arg_int, arg_requests, dumps
 
 ENGINES = {  # name -> (allocator, scheduler, chunked)
     "contiguous_static": ("contiguous", "static", False),
@@ -178,16 +176,25 @@ def _table(report: dict) -> str:
     return "\n".join(lines)
 
 
+# Request rates a CPU sweep can mean: below one request per 1,000 s (17 minutes) the run is all idle clock and
+# a step would vanish against arrival times (float64 keeps 16 digits); above a million per second requests
+# arrive closer together than the toy's fastest step, so every rate there is the same saturated server.
+MIN_RATE, MAX_RATE, MAX_RATES = 1e-3, 1e6, 32
+
+
 def rate_list(text: str) -> tuple[float, ...]:
-    """'1,2,4' -> (1.0, 2.0, 4.0); every rate a finite number > 0, in increasing order."""
+    """'1,2,4' -> (1.0, 2.0, 4.0); every rate a finite number in [MIN_RATE, MAX_RATE], in increasing order."""
     import argparse
 
+    accepted = (f"accepted: up to {MAX_RATES} increasing request rates per second in [{MIN_RATE:g}, {MAX_RATE:g}] "
+                "(a slower rate leaves the clock idle, a faster one only saturates the server), e.g. 1,2,4")
     try:
         rates = tuple(float(x) for x in text.split(","))
     except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a comma-separated list of numbers (e.g. 1,2,4)") from None
-    if not rates or any(not 0 < r < float("inf") for r in rates) or list(rates) != sorted(set(rates)):
-        raise argparse.ArgumentTypeError(f"{text!r}: accepted: increasing request rates > 0, e.g. 1,2,4")
+        raise argparse.ArgumentTypeError(f"{text[:40]!r} is not a comma-separated list of numbers; {accepted}") from None
+    if (not rates or len(rates) > MAX_RATES or any(not MIN_RATE <= r <= MAX_RATE for r in rates)
+            or list(rates) != sorted(set(rates))):
+        raise argparse.ArgumentTypeError(f"{text[:40]!r}: {accepted}")
     return rates
 
 
@@ -209,7 +216,7 @@ def load_model(name: str):
 
 def main(argv: list[str] | None = None) -> int:
     parser = OneLineParser(prog="python -m stage5 bench load", description=__doc__.splitlines()[0])
-    parser.add_argument("--requests", type=arg_int(), default=LoadSpec.n, help="requests per run")
+    parser.add_argument("--requests", type=arg_requests(), default=LoadSpec.n, help="requests per run")
     parser.add_argument("--seed", type=arg_int(0), default=0, help="workload seed (>= 0)")
     parser.add_argument("--rates", type=rate_list, default=LoadSpec.rates,
                         help="comma-separated request rates per second (default: %(default)s)")
@@ -232,7 +239,7 @@ def main(argv: list[str] | None = None) -> int:
                           "timed_as": ROOFLINE_TOY.name, "num_blocks": spec.num_blocks, "block_size": spec.block_size,
                           "max_batch": spec.max_batch, "token_budget": spec.token_budget}
     if args.json:
-        print(json.dumps(report, indent=2))
+        print(dumps(report, indent=2))
         return 0
     s, t = report["summary"], report["targets"]
     print(f"{spec.n} requests (seed {spec.seed}), tokens from {cfg.name}, steps timed as {ROOFLINE_TOY.name} on this "
@@ -246,7 +253,9 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from stage5.inputs import run_command
+
+    run_command(main)
 
 
 def predicted_saturation(model, cfg, cal, spec: LoadSpec) -> float:

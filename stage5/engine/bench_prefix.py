@@ -8,7 +8,6 @@ Workload two: short prompts and long answers, where prefill was never the bill, 
 
 from __future__ import annotations
 
-import json
 import sys
 
 import numpy as np
@@ -16,7 +15,7 @@ import torch
 
 from stage5.engine.engine import Engine, RunResult
 from stage5.engine.sequence import Request
-from stage5.inputs import OneLineParser, arg_int, arg_real
+from stage5.inputs import OneLineParser, arg_int, arg_real, arg_threads, dumps
 
 COLUMNS = ["hit_rate", "prefill_tokens_computed", "prefill_tokens_skipped", "mean_ttft_steps", "mean_ttft_s",
            "tokens_per_s", "steps", "wall_s"]
@@ -80,8 +79,10 @@ def _table(results: dict[str, RunResult]) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = OneLineParser(prog="python -m stage5 bench prefix", description=__doc__.splitlines()[0])
     parser.add_argument("--seed", type=arg_int(0), default=0)
-    parser.add_argument("--scale", type=arg_real(0.0, 100.0), default=1.0, help="multiply the number of requests")
-    parser.add_argument("--threads", type=arg_int(), default=1, help="torch CPU threads (default 1)")
+    parser.add_argument("--scale", type=arg_real(0.01, 100.0, low_open=False,
+                                                 why="at 0.01 every workload is down to its minimum of two requests"),
+                        default=1.0, help="multiply the number of requests, 0.01 to 100")
+    parser.add_argument("--threads", type=arg_threads(), default=1, help="torch CPU threads (default 1)")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
@@ -94,7 +95,7 @@ def main(argv: list[str] | None = None) -> int:
         spec = {**spec, "n": max(2, round(spec["n"] * args.scale))}
         report[name] = run_prefix(model, cfg, spec, seed=args.seed)
     if args.json:
-        print(json.dumps({"workloads": {w: {s: r.prefix_metrics() for s, r in res.items()}
+        print(dumps({"workloads": {w: {s: r.prefix_metrics() for s, r in res.items()}
                                         for w, res in report.items()}}, indent=2))
         return 0
     for name, results in report.items():

@@ -8,13 +8,11 @@ reported, so a burst of other work on the machine hits every batch size alike.
 
 from __future__ import annotations
 
-import argparse
-import json
 import statistics
-import sys
 from dataclasses import dataclass
 
-from stage5.calibrate import Calibration
+from stage5.calibration import Calibration
+from stage5.inputs import OneLineParser, arg_rounds, dumps
 from stage5.models import ModelConfig
 
 BATCHES = (1, 2, 4, 8, 16, 32, 64)
@@ -157,16 +155,15 @@ def run(rounds: int = 5, batches=BATCHES, force_calibration: bool = False) -> di
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m stage5 bench roofline", description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=5, help="interleaved rounds over the batch sizes (medians)")
+    parser = OneLineParser(prog="python -m stage5 bench roofline", description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=arg_rounds(), default=5,
+                        help="interleaved rounds over the batch sizes (medians), 1 to 1,000")
     parser.add_argument("--recalibrate", action="store_true", help="measure this machine again, ignoring the cache")
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
     args = parser.parse_args(argv)
-    if args.rounds < 1:
-        parser.error(f"--rounds must be at least 1, got {args.rounds}")
     report = run(args.rounds, force_calibration=args.recalibrate)
     if args.json:
-        print(json.dumps(report, indent=1))
+        print(dumps(report, indent=1))
         return 0
     print("decode step of the roofline toy, one thread: predicted from the calibration vs measured (medians)")
     print(f"{'batch':>6}{'predicted ms':>14}{'measured ms':>13}{'ratio':>8}")
@@ -182,4 +179,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from stage5.inputs import run_command
+
+    run_command(main)

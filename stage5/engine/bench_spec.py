@@ -8,14 +8,12 @@ at batch 1, 2, 4, ... until it drops below 1, next to ``stage5.cost.speculative_
 
 from __future__ import annotations
 
-import json
-
 import torch
 
 from stage5.engine.engine import Engine
 from stage5.engine.sequence import Request
 from stage5.engine.speculative import DraftModelDrafter, PromptLookupDrafter, SpeculativeEngine
-from stage5.inputs import OneLineParser, arg_int
+from stage5.inputs import OneLineParser, arg_int, arg_requests, arg_threads, dumps
 
 
 def spec_workload(n: int, prompt_len: int = 64, output_len: int = 96, stride: int = 997) -> list[Request]:
@@ -74,11 +72,13 @@ def speedup(model, cfg, k: int = 4, batches=(1, 2, 4, 8, 16, 32, 64), output_len
 
 def main(argv: list[str] | None = None) -> int:
     parser = OneLineParser(prog="python -m stage5 bench spec", description=__doc__.splitlines()[0])
-    parser.add_argument("--requests", type=arg_int(), default=4, help="requests for the acceptance table")
-    parser.add_argument("--k", type=arg_int(0), default=4, help="k for the speedup table (>= 0)")
-    parser.add_argument("--max-k", type=arg_int(), default=8)
-    parser.add_argument("--max-batch", type=arg_int(), default=64)
-    parser.add_argument("--threads", type=arg_int(), default=1, help="torch CPU threads (default 1)")
+    draft = "speculative decoding drafts a handful of tokens (vLLM's num_speculative_tokens is typically 1-8)"
+    parser.add_argument("--requests", type=arg_requests(), default=4, help="requests for the acceptance table")
+    parser.add_argument("--k", type=arg_int(0, 64, why=draft), default=4, help="k for the speedup table (0 to 64)")
+    parser.add_argument("--max-k", type=arg_int(1, 64, why=draft), default=8)
+    parser.add_argument("--max-batch", type=arg_int(1, 4096, why="the speedup table's batches stop at 128"),
+                        default=64)
+    parser.add_argument("--threads", type=arg_threads(), default=1, help="torch CPU threads (default 1)")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
@@ -90,7 +90,7 @@ def main(argv: list[str] | None = None) -> int:
     batches = [b for b in (1, 2, 4, 8, 16, 32, 64, 128) if b <= args.max_batch]
     speed = speedup(model, cfg, k=args.k, batches=batches)
     if args.json:
-        print(json.dumps({"acceptance": rows, "speedup": speed}, indent=2))
+        print(dumps({"acceptance": rows, "speedup": speed}, indent=2))
         return 0
     print(f"acceptance, greedy, {args.requests} held-out code prompts of 64 bytes, 96 new tokens each")
     print(f"{'drafter':<15}{'k':>3}{'alpha':>8}{'tokens/verif':>14}{'model':>8}")

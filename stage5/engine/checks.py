@@ -5,8 +5,13 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from stage5.calibration import machine_memory_bytes
 from stage5.engine.sequence import Request
+from stage5.inputs import MAX_COUNT, InputError
 from stage5.models import ModelConfig
+
+GiB = 2**30
+BYTES_PER_BLOCK_BOOKKEEPING = 64  # a free-list entry, a reference count and a Python int per block, generously
 
 
 def unique_ids(requests: Iterable[Request]) -> None:
@@ -37,7 +42,44 @@ def fits_model(request: Request, cfg: ModelConfig, what: str = "the model") -> N
 
 
 def positive_ints(**values: object) -> None:
-    """Engine sizes (blocks, block size, batch) are whole numbers >= 1; ``True`` or 2.5 is refused."""
+    """Engine sizes (blocks, block size, batch) are whole numbers in [1, 2**53]; ``True`` or 2.5 is refused."""
+    import numbers
+
     for name, value in values.items():
-        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-            raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
+        if not isinstance(value, numbers.Integral) or isinstance(value, bool) or value < 1:
+            raise InputError(f"{name} must be an integer >= 1, got {value!r}")
+        if value > MAX_COUNT:
+            raise InputError(f"{name} must be an integer >= 1 and at most 2**53, got {value!r}")
+
+
+def _memory_note(nbytes: int, what: str) -> None:
+    memory = machine_memory_bytes()
+    if nbytes > memory:
+        raise InputError(f"{what} would take {nbytes / GiB:,.1f} GiB but this machine has {memory / GiB:,.1f} GiB "
+                         "of memory; accepted: a size that fits in memory")
+
+
+def allocator_fits(num_blocks: int, block_size: int = 1, per_block: bool = True) -> None:
+    """Blocks and block size are counts, and (``per_block``) the allocator's bookkeeping, an entry a block, fits."""
+    positive_ints(num_blocks=num_blocks, block_size=block_size)
+    if num_blocks * block_size > MAX_COUNT:
+        raise InputError(f"num_blocks x block_size is {num_blocks * block_size:,} slots, past 2**53 (beyond that "
+                         "a count is not exact); accepted: fewer or smaller blocks")
+    if not per_block:
+        return
+    _memory_note(int(num_blocks) * BYTES_PER_BLOCK_BOOKKEEPING,
+                 f"an allocator of {num_blocks:,} blocks ({BYTES_PER_BLOCK_BOOKKEEPING} bytes of bookkeeping each)")
+
+
+def pool_fits(cfg: ModelConfig, num_slots: int, itemsize: int, blocks: tuple[int, int] | None = None) -> None:
+    """The K/V pool (every layer's key and value for ``num_slots`` tokens) fits in this machine's memory.
+
+    Checked before anything is allocated, so a typo'd size is refused with the size it would take instead of
+    torch trying (and the machine swapping or the process being killed).
+    """
+    positive_ints(num_slots=num_slots)
+    per_slot = cfg.num_layers * 2 * cfg.num_kv_heads * cfg.head_dim * int(itemsize)  # Python ints: no overflow
+    shape = f" ({blocks[0]:,} blocks of {blocks[1]:,})" if blocks else ""
+    _memory_note(int(num_slots) * per_slot, f"a K/V pool of {num_slots:,} token slots{shape} at {per_slot:,} bytes "
+                 f"a slot ({cfg.num_layers} layers x K and V x {cfg.num_kv_heads} heads x {cfg.head_dim} x "
+                 f"{itemsize} bytes)")

@@ -13,7 +13,10 @@
 
 from __future__ import annotations
 
-from stage5.calibrate import Calibration
+import math
+
+from stage5.calibration import Calibration
+from stage5.inputs import InputError
 from stage5.models import ModelConfig
 
 
@@ -24,12 +27,28 @@ class WallClock:
         self.now = 0.0
 
     def wait_until(self, t: float) -> None:
+        if not math.isfinite(t):
+            raise InputError(f"a request arrives at {t!r} s on the clock; accepted: a finite time")
         self.now = max(self.now, t)
+
+    def advance(self, duration: float) -> float:
+        """Move the clock on by ``duration`` seconds, refusing a step that would vanish.
+
+        Float64 holds about 16 significant digits: on a clock that reads 1e300 s (an arrival at a rate of
+        1e-300 requests/s) a millisecond step adds nothing, and every latency would come out as zero.
+        """
+        if not (math.isfinite(duration) and duration >= 0):
+            raise InputError(f"a step lasting {duration!r} s; accepted: a finite duration >= 0 (check the calibration)")
+        later = self.now + duration
+        if duration > 0 and later == self.now:
+            raise InputError(f"a step of {duration:.3g} s vanishes on a clock reading {self.now:.3g} s (float64 "
+                             "keeps 16 digits); accepted: arrival times that keep the run within about 1e9 s")
+        self.now = later
+        return duration
 
     def step(self, batch: int, tokens: int, context: int, wall_s: float) -> float:
         """Advance by one step; returns its duration."""
-        self.now += wall_s
-        return wall_s
+        return self.advance(wall_s)
 
 
 class VirtualClock(WallClock):
@@ -43,5 +62,4 @@ class VirtualClock(WallClock):
         from stage5.step_model import predict_step
 
         duration = float(predict_step(self.cal, self.cfg, batch, context / batch, tokens_per_seq=tokens / batch).time_s)
-        self.now += duration
-        return duration
+        return self.advance(duration)

@@ -78,6 +78,8 @@ class Engine:
         self.max_batch, self.record_logits = max_batch, record_logits
         self.block_size, self.prefix_caching, self.token_budget = block_size, prefix_caching, token_budget
         num_slots = num_blocks * block_size
+        checks.allocator_fits(num_blocks, block_size, per_block=False)  # the counts; the pool is the larger part
+        checks.pool_fits(cfg, num_slots, next(model.parameters()).dtype.itemsize, (num_blocks, block_size))
         if prefix_caching:
             self.alloc = PrefixCachingAllocator(num_blocks, block_size)
         elif allocator == "paged":

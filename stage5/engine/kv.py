@@ -23,6 +23,7 @@ import torch
 import torch.nn.functional as F
 from torch.nn.utils.rnn import pad_sequence
 
+from stage5.engine.checks import allocator_fits, pool_fits
 from stage5.engine.sequence import Sequence
 from stage5.models import ModelConfig
 
@@ -35,6 +36,7 @@ class PagedAllocator:
     """
 
     def __init__(self, num_blocks: int, block_size: int):
+        allocator_fits(num_blocks, block_size)
         self.num_blocks, self.block_size = num_blocks, block_size
         self.free_blocks: deque[int] = deque(range(num_blocks))
         self.ref_count = [0] * num_blocks
@@ -112,6 +114,7 @@ class ContiguousAllocator:
     """One run of ``prompt + max_tokens`` slots per sequence, placed first-fit, reserved at admission."""
 
     def __init__(self, num_slots: int):
+        allocator_fits(num_slots, per_block=False)  # no per-slot bookkeeping, but the same bounds on the count
         self.num_slots = num_slots
         self.runs: dict[int, tuple[int, int]] = {}  # sequence id -> (start, length)
 
@@ -161,6 +164,9 @@ class KVPool:
     """
 
     def __init__(self, cfg: ModelConfig, num_slots: int, dtype: torch.dtype):
+        if not isinstance(dtype, torch.dtype):
+            raise TypeError(f"dtype must be a torch.dtype, got {dtype!r}")
+        pool_fits(cfg, num_slots, dtype.itemsize)
         self.cfg = cfg
         self.data = torch.zeros(cfg.num_layers, 2, num_slots, cfg.num_kv_heads, cfg.head_dim, dtype=dtype)
 

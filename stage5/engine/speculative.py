@@ -89,6 +89,9 @@ class PagedRunner:
 
     def __init__(self, model: Transformer, cfg: ModelConfig, num_blocks: int, block_size: int):
         self.model, self.cfg = model, cfg
+        checks.allocator_fits(num_blocks, block_size, per_block=False)
+        checks.pool_fits(cfg, num_blocks * block_size, next(model.parameters()).dtype.itemsize,
+                         (num_blocks, block_size))
         self.alloc = PagedAllocator(num_blocks, block_size)
         self.pool = KVPool(cfg, num_blocks * block_size, next(model.parameters()).dtype)
 

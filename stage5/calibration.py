@@ -1,0 +1,232 @@
+"""This machine's calibration as a record: what is measured, its checks, and the cache it is read from and written to.
+
+The record sits below the engine: the engine's virtual clock and :mod:`stage5.step_model` read it, and nothing
+here imports torch or the engine. Measuring it (:func:`stage5.calibrate.calibrate`) needs both, and sits above.
+
+The cache is a file the program wrote itself, but a person can edit it, a disk can cut it short, and a copy can
+come from another machine. So a cache is read as untrusted input: every field is checked (types, lengths,
+finite, positive, within what any CPU can do), and an invalid file is set aside with one line naming the field,
+then measured again; it is never used. Writing is atomic, and a failure to write says where and goes on with
+the measurement in memory.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import platform
+import sys
+from dataclasses import MISSING, asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+
+from stage5 import inputs
+from stage5.hardware import Hardware
+
+THREADS = 1
+CALIBRATION_VERSION = 2  # bump when what is measured changes, so stale caches are not reused
+CACHE_LIMIT_BYTES = 64 * 1024  # a calibration file is under 1 kB; anything far larger is not one
+
+# Physical bounds on what one CPU thread can measure, so an edited cache cannot put a silent wrong number into
+# a chapter. The fastest memory any processor streams from is HBM3e at about 8 TB/s per package (NVIDIA B200
+# datasheet); one thread streams far less, so 100 TB/s is safely above any honest measurement. A CPU core's
+# float32 peak is well under 1 TFLOP/s (two AVX-512 FMA units at ~4 GHz: 2 x 2 x 16 x 4e9 = 256 GFLOP/s);
+# 1 PFLOP/s is far beyond. A step overhead above a minute is not an overhead.
+MAX_BANDWIDTH = 1e14  # bytes/s
+MAX_RATE = 1e15  # FLOP/s
+MAX_OVERHEAD_S = 60.0
+MAX_ROWS = 2**20
+
+
+class InvalidCalibration(inputs.InputError):
+    """A calibration whose field is missing, of the wrong type or out of bounds; the message names the field."""
+
+
+def _field(name: str) -> str:
+    return f"calibration field {name!r}"
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """One machine's measured step-time constants, all at ``threads`` torch threads. Seconds and bytes/s.
+
+    Every field is checked when the record is built (from a measurement or a cache file alike).
+    """
+
+    machine: str
+    threads: int
+    bandwidth: float  # bytes/s streamed by a matrix-vector product over a weight larger than the cache
+    rows: tuple[int, ...]  # token rows per matmul at which the rate was measured
+    rates: tuple[float, ...]  # achieved float32 FLOP/s at each of ``rows``
+    overhead_step_s: float  # fixed cost of one engine step (Python, op dispatch), whatever the batch
+    overhead_seq_s: float  # extra fixed cost per sequence in the step
+    model: str  # the config whose shapes and op graph were measured
+    seconds: float = 0.0  # how long calibrating took
+    version: int = CALIBRATION_VERSION
+
+    def __post_init__(self) -> None:
+        try:
+            self._check()
+        except InvalidCalibration:
+            raise
+        except inputs.InputError as err:
+            raise InvalidCalibration(str(err)) from None
+
+    def _check(self) -> None:
+        for name in ("machine", "model"):
+            if not isinstance(getattr(self, name), str):
+                raise InvalidCalibration(f"{_field(name)} must be a string, got {getattr(self, name)!r}")
+        inputs.integer(self.threads, _field("threads"), minimum=1, maximum=4096)
+        inputs.integer(self.version, _field("version"), minimum=1)
+        inputs.positive(self.bandwidth, _field("bandwidth") + " (bytes/s)", MAX_BANDWIDTH)
+        for name in ("rows", "rates"):
+            value = getattr(self, name)
+            if not isinstance(value, (tuple, list)) or not value:
+                raise InvalidCalibration(f"{_field(name)} must be a non-empty list, got {value!r}")
+        if len(self.rows) != len(self.rates):
+            raise InvalidCalibration(f"{_field('rows')} has {len(self.rows)} entries but {_field('rates')} has "
+                                     f"{len(self.rates)}; accepted: one rate per row count")
+        rows = [inputs.integer(r, _field("rows"), minimum=1, maximum=MAX_ROWS) for r in self.rows]
+        if any(b <= a for a, b in zip(rows, rows[1:], strict=False)):
+            raise InvalidCalibration(f"{_field('rows')} must be strictly increasing, got {list(self.rows)!r}")
+        for r in self.rates:
+            inputs.positive(r, _field("rates") + " (FLOP/s)", MAX_RATE)
+        for name in ("overhead_step_s", "overhead_seq_s"):
+            inputs.real(getattr(self, name), _field(name), low=0.0, high=MAX_OVERHEAD_S,
+                        accepted=f"a finite number of seconds in [0, {MAX_OVERHEAD_S:g}]")
+        inputs.real(self.seconds, _field("seconds"), low=0.0, accepted="a finite number of seconds >= 0")
+        # frozen: normalise lists from JSON to tuples of plain numbers
+        object.__setattr__(self, "rows", tuple(rows))
+        object.__setattr__(self, "rates", tuple(float(r) for r in self.rates))
+
+    def rate(self, rows) -> np.ndarray:
+        """Achieved FLOP/s at ``rows`` token rows, interpolated in log-log between measured points."""
+        r = np.clip(np.asarray(rows, dtype=float), self.rows[0], self.rows[-1])
+        return np.exp(np.interp(np.log(r), np.log(self.rows), np.log(self.rates)))
+
+    @property
+    def peak_rate(self) -> float:
+        """The best rate measured: the flat roof of the ideal roofline."""
+        return max(self.rates)
+
+    def hardware(self) -> Hardware:
+        """This machine as a :class:`Hardware` entry for ``stage5.cost`` (``flops_bf16`` holds the float32 peak)."""
+        return Hardware(f"this machine ({self.machine}, {self.threads} thread, measured)", self.peak_rate, None,
+                        self.bandwidth, machine_memory_bytes(),
+                        "measured by stage5.calibrate (python -m stage5 calibrate)")
+
+    @classmethod
+    def from_dict(cls, data: object) -> Calibration:
+        """A record from parsed JSON; raises :class:`InvalidCalibration` naming the first bad field."""
+        if not isinstance(data, dict):
+            raise InvalidCalibration(f"a calibration must be a JSON object, got {type(data).__name__}")
+        known = set(cls.__dataclass_fields__)
+        required = {n for n, f in cls.__dataclass_fields__.items() if f.default is MISSING}
+        missing = sorted(required - set(data))
+        if missing:
+            raise InvalidCalibration(f"{_field(missing[0])} is missing")
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise InvalidCalibration(f"{_field(unknown[0])} is not a calibration field")
+        return cls(**data)
+
+    def to_json(self, **extra) -> str:
+        return inputs.dumps({**asdict(self), **extra}, indent=1)
+
+
+def machine_memory_bytes() -> float:
+    """This machine's RAM in bytes where the OS reports it, else 8 GiB (a small laptop)."""
+    try:
+        memory = float(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+    except (ValueError, OSError, AttributeError):
+        return float(8 * 2**30)
+    return memory if math.isfinite(memory) and memory > 0 else float(8 * 2**30)
+
+
+# ------------------------------------------------------------------------------------------------ the cache
+def _torch_version() -> str:
+    """torch's version from its installed metadata, without importing torch."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("torch")
+    except PackageNotFoundError:
+        return "none"
+
+
+def machine_key(cfg) -> str:
+    """What the cache is keyed by: this host and CPU, torch's version, the thread count and the model's shapes."""
+    import hashlib
+
+    parts = [platform.node(), platform.machine(), platform.processor(), str(os.cpu_count()), _torch_version(),
+             str(THREADS), str(CALIBRATION_VERSION), cfg.name, str(cfg.hidden_size), str(cfg.intermediate_size),
+             str(cfg.num_layers), str(cfg.num_heads), str(cfg.num_kv_heads)]
+    return hashlib.sha1("|".join(parts).encode()).hexdigest()[:16]
+
+
+def cache_dir() -> Path:
+    """``$STAGE5_CACHE_DIR``, else ``$XDG_CACHE_HOME/stage5``, else ``~/.cache/stage5``."""
+    if os.environ.get("STAGE5_CACHE_DIR"):
+        return Path(os.environ["STAGE5_CACHE_DIR"])
+    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(base) / "stage5"
+
+
+def cache_path(cfg) -> Path:
+    return cache_dir() / f"calibration-{machine_key(cfg)}.json"
+
+
+def _say(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+def _set_aside(path: Path, why: str) -> None:
+    """Move an invalid cache out of the way (kept for inspection), with one line saying why."""
+    target = path.with_name(path.name + ".invalid")
+    try:
+        os.replace(path, target)
+        where = f"moved to {target}"
+    except OSError:
+        where = "left in place"
+    _say(f"warning: ignoring the calibration cache {path} ({why}); {where}, measuring again")
+
+
+def read_cache(path: Path) -> Calibration | None:
+    """The valid calibration at ``path``, or None (absent, outdated, or invalid: then set aside with one line)."""
+    try:
+        text = inputs.read_small_file(path, CACHE_LIMIT_BYTES, what="calibration cache")
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as err:
+        if path.exists() and not path.is_dir():
+            _set_aside(path, str(err))
+        else:
+            _say(f"warning: cannot read the calibration cache {path} ({err}); measuring again")
+        return None
+    try:
+        data = inputs.loads_json(text, what=str(path))
+        if isinstance(data, dict) and data.get("version") != CALIBRATION_VERSION:
+            return None  # written by another version of the course: measured again, silently
+        return Calibration.from_dict(data)
+    except ValueError as err:
+        _set_aside(path, str(err))
+        return None
+
+
+def write_cache(cal: Calibration, path: Path) -> bool:
+    """Write ``cal`` to ``path`` atomically; on failure say where and why (one line) and return False."""
+    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp.write_text(cal.to_json())
+        os.replace(tmp, path)  # atomic: two chapters calibrating at once never read half a file
+        return True
+    except OSError as err:
+        try:
+            tmp.unlink()
+        except OSError:
+            pass
+        _say(f"warning: cannot save the calibration to {path} ({err.strerror or err}); using it in memory "
+             "for this run (set STAGE5_CACHE_DIR to a writable directory to keep it)")
+        return False
