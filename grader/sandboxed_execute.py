@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import psutil
-from host_checks import HostChecks, split_hidden
+from host_checks import HostChecks, instructor_cells
 from jupyter_client.manager import AsyncKernelManager
 from nbclient.exceptions import DeadKernelError
 from nbformat import NotebookNode
@@ -192,7 +192,7 @@ class SandboxedExecute(Execute):
         started = time.monotonic()
         done: list[int] = []  # cells that ran to the end in the current kernel's lifetime (replayed after a death)
         restarts = 0
-        host = HostChecks(self.nb.cells, self._ask)
+        host = HostChecks(self.nb.cells, self._ask, instructor_cells(resources))  # runs only the gradebook's cells
         with tempfile.TemporaryDirectory(prefix="stage5-sandbox-") as tmp:
             index = 0
             while index < len(self.nb.cells):
@@ -209,7 +209,7 @@ class SandboxedExecute(Execute):
                 watch = _CpuWatch(self.km, self.cell_cpu_s)
                 watch.start()
                 self._asked_exit = False
-                split = split_hidden(cell)  # (what the kernel runs, the hidden checks the grader runs) or None
+                split = host.split(cell)  # (what the kernel runs, the hidden checks the grader runs) or None
                 original = cell.source
                 verdict = None
                 try:
