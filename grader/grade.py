@@ -21,6 +21,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from code_guard import CourseCodeChanged  # noqa: E402
 from workflow import Course  # noqa: E402
 
 from stage5.grading.sandbox import isolation  # noqa: E402
@@ -54,8 +55,12 @@ def main(argv: list[str] | None = None) -> int:
     if mode != "bwrap":
         print(f"WARNING: grading WITHOUT a sandbox: {why}", file=sys.stderr)
     t0 = time.perf_counter()
-    results = course.grade(inbox, args.assignment, feedback=not args.no_feedback, jobs=args.jobs,
-                           regrade=args.regrade)
+    try:
+        results = course.grade(inbox, args.assignment, feedback=not args.no_feedback, jobs=args.jobs,
+                               regrade=args.regrade)
+    except CourseCodeChanged as err:
+        print(f"STOPPED: {err}", file=sys.stderr)
+        return 3
     for r in results:
         print(r.line())
     reused = sum(r.reused for r in results)

@@ -35,6 +35,9 @@ from stage5.grading.remote import MAX_REPLY_CHARS
 from stage5.grading.sandbox import Limits, bwrap_command, isolation, limited_command
 
 MAX_RESTARTS = 4  # kernel deaths per notebook before the remaining cells are marked as not run
+# Cell metadata where the grader records the errors it added itself (workflow.py reads its notes from there, never
+# from an output's ename, which a learner's exception class can spell). Cleared from a submission before it runs.
+GRADER_ERRORS = "stage5_grader_errors"
 
 
 def _has_error(cell: NotebookNode) -> bool:
@@ -187,6 +190,8 @@ class SandboxedExecute(Execute):
         NotebookClient.__init__(self, nb, km)
         self.reset_execution_trackers()
         self._check_assign_resources(resources)
+        for c in self.nb.cells:  # a submission's own copy of the grader's record is the learner's text: drop it
+            c.get("metadata", {}).pop(GRADER_ERRORS, None)
         self.kernel_name = "python3"  # never the kernel the submission's metadata asks for
         self.raise_on_iopub_timeout = False  # a long C call is not an error of the grader's
         started = time.monotonic()
@@ -318,5 +323,7 @@ class SandboxedExecute(Execute):
 
     @staticmethod
     def _error(cell: NotebookNode, ename: str, evalue: str) -> None:
+        cell.setdefault("metadata", NotebookNode()).setdefault(GRADER_ERRORS, []).append(
+            NotebookNode(ename=ename, evalue=evalue))
         cell.setdefault("outputs", []).append(NotebookNode(output_type="error", ename=ename, evalue=evalue,
                                                            traceback=[f"{ename}: {evalue}"]))

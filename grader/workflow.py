@@ -25,10 +25,12 @@ from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from code_guard import CodeGuard
 from nbgrader.api import Gradebook, MissingEntry
 from nbgrader.apps import NbGraderAPI
 from nbgrader.plugins.export import CsvExportPlugin
 from nbgrader_setup import REPO, make_config
+from sandboxed_execute import GRADER_ERRORS
 from sqlalchemy.exc import SAWarning
 from traitlets.config import Config
 
@@ -187,9 +189,11 @@ class Course:
         is recorded as soon as it is graded, so a batch that crashes loses nothing already graded."""
         todo = [r for r in results if r.status == "ok" and not r.reused]
         errors: dict[str, str] = {}
+        guard = CodeGuard()  # the course code before any submission runs: each one must leave it as it was
         for _ in range(ATTEMPTS):
             again = []
             for r, (ok, error, seconds) in self._autograde_each(todo, jobs):
+                guard.check(f"after grading {r.student}")
                 r.seconds += seconds
                 if ok:
                     r.reasons += self._execution_problems(r)
@@ -210,30 +214,38 @@ class Course:
             return
         with ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("fork")) as pool:
             futures = {pool.submit(_autograde_one, self.config, r.assignment, r.student): r for r in todo}
-            for future in as_completed(futures):
-                try:
-                    yield futures[future], future.result()
-                except Exception as err:  # noqa: BLE001 - a worker that died is retried like any other failure
-                    yield futures[future], (False, f"{type(err).__name__}: {err}", 0.0)
+            try:
+                for future in as_completed(futures):
+                    try:
+                        result = future.result()
+                    except Exception as err:  # noqa: BLE001 - a worker that died is retried like any other failure
+                        result = (False, f"{type(err).__name__}: {err}", 0.0)
+                    yield futures[future], result
+            finally:  # the caller stopped (the course code changed): start nothing more
+                pool.shutdown(wait=False, cancel_futures=True)
 
     def _execution_problems(self, r: Result) -> list[str]:
-        """One line per cell that the grader stopped or the kernel died in, naming the cell and the reason."""
+        """One line per cell that the grader stopped or the kernel died in, naming the cell and the reason. The
+        reasons are the grader's own record (sandboxed_execute.GRADER_ERRORS), never an output's ename and text,
+        which a learner's exception can spell ("KernelDied: =HYPERLINK(...)")."""
         notes = []
         folder = Path(self.config.CourseDirectory.autograded_directory) / r.student / r.assignment
         for nb_path in folder.glob("*.ipynb"):
             nb = json.loads(nb_path.read_text())
             for cell in nb["cells"]:
-                gid = cell.get("metadata", {}).get("nbgrader", {}).get("grade_id", "a cell")
+                meta = cell.get("metadata", {})
+                gid = _safe_id(meta.get("nbgrader", {}).get("grade_id"))
+                for err in meta.get(GRADER_ERRORS, []):
+                    if err.get("ename") == "CellCPUTimeout":
+                        notes.append(f"{gid} timed out: {err.get('evalue', '').split(' ', 1)[-1]}")
+                    elif err.get("ename") in ("KernelDied", "NotebookTimeout"):
+                        notes.append(err.get("evalue", ""))
                 for out in cell.get("outputs", []):
                     if out.get("output_type") != "error":
                         continue
-                    if out.get("ename") == "CellCPUTimeout":
-                        notes.append(f"{gid} timed out: {out.get('evalue', '').split(' ', 1)[-1]}")
-                    elif out.get("ename") == "CellTimeoutError":
+                    if out.get("ename") == "CellTimeoutError":
                         notes.append(f"{gid} timed out: no answer within {self.config.Execute.timeout} s "
                                      "(wall-clock) and was interrupted")
-                    elif out.get("ename") in ("KernelDied", "NotebookTimeout"):
-                        notes.append(out.get("evalue", ""))
                     elif out.get("ename") == "MemoryError":
                         notes.append(f"{gid} ran out of memory (MemoryError: over the sandbox's limit)")
                 if any(o.get("output_type") == "stream" and "output truncated" in "".join(o.get("text", ""))
@@ -424,6 +436,12 @@ def _scrub_unicode(value, count: list[int] | None = None):
     else:
         out = value
     return (out, count[0]) if top else out
+
+
+def _safe_id(grade_id: object) -> str:
+    """A cell's grade_id as a note names it: only an id of letters, digits, ``_``, ``-`` and ``.``."""
+    ok = isinstance(grade_id, str) and re.fullmatch(r"[A-Za-z0-9_.-]{1,64}", grade_id)
+    return grade_id if ok else "a cell"
 
 
 def _last_line(text: str) -> str:
