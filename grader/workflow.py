@@ -30,6 +30,7 @@ from nbgrader.api import Gradebook, MissingEntry
 from nbgrader.apps import NbGraderAPI
 from nbgrader.plugins.export import CsvExportPlugin
 from nbgrader_setup import REPO, make_config
+from review import review_folder
 from sandboxed_execute import GRADER_ERRORS
 from sqlalchemy.exc import SAWarning
 from traitlets.config import Config
@@ -60,6 +61,7 @@ class Result:
     seconds: float = 0.0
     sha256: str = ""  # of the submitted file: a re-run skips a submission already graded in this form
     reused: bool = False  # graded by an earlier run, not this one
+    review: list[str] = field(default_factory=list)  # cells for the instructor to read (grader/review.py); no score
 
     @property
     def out_of(self) -> float:
@@ -308,11 +310,12 @@ class Course:
         with summary.open("w", newline="") as fh:
             w = csv.writer(fh)
             w.writerow(["student", "assignment", "score", "auto_max", "manual_pending", "status", "failed_checks",
-                        "reasons", "source", "seconds"])
+                        "reasons", "source", "seconds", "review"])
             for r in results:
                 score = "" if r.status == NOT_GRADED else f"{r.score:g}"  # not a 0: nothing was graded
                 w.writerow([r.student, r.assignment, score, f"{r.auto_max:g}", f"{r.manual_pending:g}",
-                            r.status, " ".join(r.failed), "; ".join(r.reasons), r.source, f"{r.seconds:.1f}"])
+                            r.status, " ".join(r.failed), "; ".join(r.reasons), r.source, f"{r.seconds:.1f}",
+                            " | ".join(r.review)])
         return grades, summary
 
     # -------------------------------------------------------------------------------- all of it
@@ -325,6 +328,10 @@ class Course:
         if len(notebooks) != 1:
             raise RuntimeError(f"{assignment}: expected one notebook in the release, found {len(notebooks)}")
         results = self.collect(inbox, assignment, notebooks[0], regrade=regrade)
+        for r in results:  # what blocking cannot stop, flagged for the instructor (changes no score)
+            if r.status == "ok" and not r.reused:
+                r.review = review_folder(Path(self.config.CourseDirectory.submitted_directory) / r.student
+                                         / assignment, notebooks[0])
         self.autograde(results, jobs=jobs)
         if feedback:
             self.feedback(results)
