@@ -14,6 +14,7 @@
 from __future__ import annotations
 
 import ast
+import contextlib
 import copy
 import signal
 import tempfile
@@ -198,7 +199,9 @@ class SandboxedExecute(Execute):
         done: list[int] = []  # cells that ran to the end in the current kernel's lifetime (replayed after a death)
         restarts = 0
         host = HostChecks(self.nb.cells, self._ask, instructor_cells(resources))  # runs only the gradebook's cells
-        with tempfile.TemporaryDirectory(prefix="stage5-sandbox-") as tmp:
+        # whatever escapes the loop, the sandbox is killed before its folder goes (no kernel outlives its notebook)
+        with tempfile.TemporaryDirectory(prefix="stage5-sandbox-") as tmp, contextlib.ExitStack() as stop:
+            stop.callback(self._stop)
             index = 0
             while index < len(self.nb.cells):
                 cell = self.nb.cells[index]

@@ -497,3 +497,24 @@ def test_grade_py_reports_a_code_change_in_one_line_and_fails(tmp_path, monkeypa
     assert grade.main(["--inbox", str(inbox), "--work", str(tmp_path / "work")]) == 3
     err = capsys.readouterr().err.strip().splitlines()
     assert err[-1].startswith("STOPPED: grading stopped after grading mallory")
+
+
+def test_whatever_escapes_the_cell_loop_the_kernel_is_killed(monkeypatch):
+    """A failure the loop does not expect (here a RecursionError) still kills the sandbox before it propagates."""
+    import nbformat
+    import psutil
+    from sandboxed_execute import SandboxedExecute
+
+    seen = {}
+
+    def boom(self, cell, index, **kwargs):
+        seen["procs"] = self.km.sandbox_processes()
+        raise RecursionError("escaped the loop")
+
+    monkeypatch.setattr(SandboxedExecute, "execute_cell", boom)
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("x = 1")])
+    with pytest.raises(RecursionError):
+        SandboxedExecute(cell_cpu_s=5).preprocess(nb, {})
+    assert seen["procs"], "the kernel never started"
+    alive = [p for p in seen["procs"] if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+    assert not alive, alive
