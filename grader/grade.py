@@ -18,7 +18,8 @@ Formgrader: submissions already graded are kept (``--regrade`` grades them all a
 from the gradebook.
 
 Exit status: 0 when every learner found was graded; 1 when some were not (a clash, a refused zip, a failure that
-was not theirs); 2 for a mistake in the command (an unknown assignment, a missing or empty inbox, a bad roster).
+was not theirs); 2 for a mistake in the command (an unknown assignment, a missing or empty inbox, a bad roster);
+3 when the course's own code (stage5/, grader/) changed during the run, which stops it (grader/code_guard.py).
 
 ``python grader/grade.py release [--assignment ex01]`` regenerates the committed release in ``exercises/``.
 """
@@ -32,6 +33,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from code_guard import CourseCodeChanged  # noqa: E402
 from collect import RosterError, entries, read_roster, sort_inbox  # noqa: E402
 from workflow import CLASH, REFUSED, UNGRADED, Course, UnknownAssignment  # noqa: E402
 
@@ -82,8 +84,12 @@ def main(argv: list[str] | None = None) -> int:
     if mode != "bwrap":
         print(f"WARNING: grading WITHOUT a sandbox: {why}", file=sys.stderr)
     t0 = time.perf_counter()
-    results = course.grade(inbox, args.assignment, feedback=not args.no_feedback, jobs=args.jobs,
-                           regrade=args.regrade, roster=roster)
+    try:
+        results = course.grade(inbox, args.assignment, feedback=not args.no_feedback, jobs=args.jobs,
+                               regrade=args.regrade, roster=roster)
+    except CourseCodeChanged as err:
+        print(f"STOPPED: {err}", file=sys.stderr)
+        return 3
     for r in results:
         print(r.line())
     for label, why in course.skipped:

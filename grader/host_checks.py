@@ -16,17 +16,19 @@ import ast
 import builtins
 import contextlib
 import io
-import json
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from nbclient.exceptions import DeadKernelError
 from nbformat import NotebookNode
 
-from stage5.grading.remote import Kernel, RemoteFunction, decode
+from stage5.grading.checks import GradingError
+from stage5.grading.protocol import MAX_REPLY_CHARS, ProtocolError, decode, loads, one_line
+from stage5.grading.remote import Kernel, RemoteFunction
 
 HIDDEN = re.compile(r"^[ \t]*### BEGIN HIDDEN TESTS[^\n]*\n(.*?)^[ \t]*### END HIDDEN TESTS[^\n]*\n?", re.M | re.S)
+VERDICT_CHARS = 1500  # a verdict longer than this is cut (the checks' own messages are far shorter)
 KERNEL_ONLY: frozenset[str] = frozenset()  # names whose hidden blocks must run in the kernel: none since ex02 hands over traces
 
 
@@ -69,13 +71,45 @@ def _free_names(code: str) -> set[str]:
     return read - bound - set(dir(builtins))
 
 
+def instructor_cells(resources: Any) -> dict[str, str] | None:
+    """{grade_id: source} of the notebook's locked cells as the gradebook holds them (the instructor's code), from
+    nbgrader's ``resources`` during autograde; None outside autograde (no gradebook to ask)."""
+    info = (resources or {}).get("nbgrader") or {}
+    if not all(info.get(k) for k in ("db_url", "assignment", "notebook")):
+        return None
+    from nbgrader.api import Gradebook
+
+    with Gradebook(info["db_url"]) as gb:
+        notebook = gb.find_notebook(info["notebook"], info["assignment"])
+        return {c.name: c.source for c in notebook.source_cells if c.locked and c.cell_type == "code"}
+
+
 class HostChecks:
     """The grader's side of one notebook's hidden tests. ``ask(expression)`` evaluates an expression in the
-    learner's kernel and returns its value as a string (raising DeadKernelError when the kernel is gone)."""
+    learner's kernel and returns its value as a string (raising DeadKernelError when the kernel is gone).
 
-    def __init__(self, cells: list[NotebookNode], ask: Callable[[str], str]):
-        self.cells, self.ask = cells, ask
+    ``instructor`` ({grade_id: source}, :func:`instructor_cells`) is what the gradebook holds: only a cell whose
+    source is exactly that is run here (its setup code, its hidden block), so a cell a learner added or marked
+    up never runs in the grader. None (a notebook checked outside autograde) trusts the cells' metadata."""
+
+    def __init__(self, cells: list[NotebookNode], ask: Callable[[str], str],
+                 instructor: Mapping[str, str] | None = None):
+        self.cells, self.ask, self.instructor = cells, ask, instructor
         self._trusted: dict[str, Any] | None = None
+
+    def is_instructors(self, cell: NotebookNode) -> bool:
+        """Is ``cell`` a locked cell of the instructor's, unchanged?"""
+        meta = _meta(cell)
+        if cell.get("cell_type") != "code" or not meta.get("locked"):
+            return False
+        if self.instructor is None:
+            return True
+        gid = meta.get("grade_id")
+        return isinstance(gid, str) and self.instructor.get(gid) == cell.get("source")
+
+    def split(self, cell: NotebookNode) -> tuple[str, str] | None:
+        """:func:`split_hidden` for a test cell of the instructor's; None for any other cell."""
+        return split_hidden(cell) if self.is_instructors(cell) else None
 
     def trusted_namespace(self) -> dict[str, Any]:
         """The instructor's own cells (setup, given data), run once in the grader."""
@@ -83,42 +117,71 @@ class HostChecks:
             ns: dict[str, Any] = {"__name__": "__hidden_tests__"}
             for cell in self.cells:
                 meta = _meta(cell)
-                if cell.cell_type == "code" and meta.get("locked") and not meta.get("grade") \
-                        and not meta.get("solution"):
+                if self.is_instructors(cell) and not meta.get("grade") and not meta.get("solution"):
                     with contextlib.redirect_stdout(io.StringIO()):
                         exec(compile(cell.source, f"<instructor cell {meta.get('grade_id')}>", "exec"), ns)  # noqa: S102
             self._trusted = ns
         return self._trusted
 
     def run(self, hidden: str) -> str | None:
-        """None when the hidden checks pass, else the learner-safe ``Name: message`` of the first failure."""
-        ns = dict(self.trusted_namespace())
+        """None when the hidden checks pass, else the one-line ``Name: message`` of the first failure, in the
+        grader's words. Nothing the kernel sends escapes as an exception (a reply too deep, too long, not JSON,
+        not data: a failed check); only DeadKernelError does, so the caller restarts the kernel."""
+        ns = dict(self.trusted_namespace())  # the instructor's code: its failure is the grader's, not a verdict
+        try:
+            return self._run(hidden, ns)
+        except DeadKernelError:
+            raise
+        except GradingError as err:
+            return f"GradingError: {one_line(err, VERDICT_CHARS)}"
+        except BaseException as err:  # noqa: BLE001 - RecursionError, MemoryError, SyntaxError, ... from a reply
+            if isinstance(err, (KeyboardInterrupt, SystemExit)):
+                raise
+            return f"GradingError: the grader could not check this answer ({type(err).__name__} in the grader)"
+
+    def _run(self, hidden: str, ns: dict[str, Any]) -> str | None:
         ns["_kernel"] = Kernel(self._call)
         wanted = sorted(_free_names(hidden) - set(ns))
         if wanted:
             expr = f"__import__('stage5.grading.remote', fromlist=['values']).values({wanted!r})"
             try:
-                answers = json.loads(self.ask(expr))
-            except (ValueError, TypeError):
+                answers = loads(self._asked(expr), limit=4 * MAX_REPLY_CHARS)
+            except ProtocolError:
+                return "GradingError: your notebook's kernel did not hand over its answers"
+            if not isinstance(answers, dict):
                 return "GradingError: your notebook's kernel did not hand over its answers"
             for name in wanted:
-                got = answers.get(name, {}) if isinstance(answers, dict) else {}
-                if got.get("function"):
+                got = answers.get(name)
+                got = got if isinstance(got, dict) else {}
+                if got.get("function") is True:
                     ns[name] = RemoteFunction(name, self._call)
                 elif "value" in got:
                     try:
                         ns[name] = decode(got["value"])
-                    except (ValueError, TypeError, KeyError):
-                        return f"GradingError: {name} could not be read"
+                    except ProtocolError as err:
+                        return f"GradingError: {name} could not be read: {err}"
         try:
             with contextlib.redirect_stdout(io.StringIO()):
                 exec(compile(hidden, "<hidden test>", "exec"), ns)  # noqa: S102 - the instructor's own code
         except DeadKernelError:
             raise
+        except GradingError as err:
+            return f"GradingError: {one_line(err, VERDICT_CHARS)}"
         except Exception as err:  # noqa: BLE001 - every failure becomes the cell's one-line error
-            return f"{type(err).__name__}: {err}"
+            # the exception is the grader's (the hidden test's own or a check's); its text may quote a learner's
+            # value, so it is kept to one inert line
+            return f"{type(err).__name__}: {one_line(err, VERDICT_CHARS)}"
         return None
+
+    def _asked(self, expression: str) -> str:
+        """``ask``, with anything but a dead kernel (a reply the grader could not even parse) as no answer."""
+        try:
+            return self.ask(expression)
+        except DeadKernelError:
+            raise
+        except (Exception, RecursionError, MemoryError):  # noqa: BLE001 - e.g. SyntaxError from 5,000 brackets
+            raise ProtocolError("no answer") from None
 
     def _call(self, request: str) -> str:
         expr = f"__import__('stage5.grading.remote', fromlist=['serve']).serve({request!r})"
-        return self.ask(expr)
+        return self._asked(expr)

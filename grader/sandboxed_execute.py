@@ -14,6 +14,7 @@
 from __future__ import annotations
 
 import ast
+import contextlib
 import copy
 import signal
 import tempfile
@@ -24,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import psutil
-from host_checks import HostChecks, split_hidden
+from host_checks import HostChecks, instructor_cells
 from jupyter_client.manager import AsyncKernelManager
 from nbclient.exceptions import DeadKernelError
 from nbformat import NotebookNode
@@ -35,6 +36,9 @@ from stage5.grading.remote import MAX_REPLY_CHARS
 from stage5.grading.sandbox import Limits, bwrap_command, isolation, limited_command
 
 MAX_RESTARTS = 4  # kernel deaths per notebook before the remaining cells are marked as not run
+# Cell metadata where the grader records the errors it added itself (workflow.py reads its notes from there, never
+# from an output's ename, which a learner's exception class can spell). Cleared from a submission before it runs.
+GRADER_ERRORS = "stage5_grader_errors"
 
 
 def _has_error(cell: NotebookNode) -> bool:
@@ -187,13 +191,17 @@ class SandboxedExecute(Execute):
         NotebookClient.__init__(self, nb, km)
         self.reset_execution_trackers()
         self._check_assign_resources(resources)
+        for c in self.nb.cells:  # a submission's own copy of the grader's record is the learner's text: drop it
+            c.get("metadata", {}).pop(GRADER_ERRORS, None)
         self.kernel_name = "python3"  # never the kernel the submission's metadata asks for
         self.raise_on_iopub_timeout = False  # a long C call is not an error of the grader's
         started = time.monotonic()
         done: list[int] = []  # cells that ran to the end in the current kernel's lifetime (replayed after a death)
         restarts = 0
-        host = HostChecks(self.nb.cells, self._ask)
-        with tempfile.TemporaryDirectory(prefix="stage5-sandbox-") as tmp:
+        host = HostChecks(self.nb.cells, self._ask, instructor_cells(resources))  # runs only the gradebook's cells
+        # whatever escapes the loop, the sandbox is killed before its folder goes (no kernel outlives its notebook)
+        with tempfile.TemporaryDirectory(prefix="stage5-sandbox-") as tmp, contextlib.ExitStack() as stop:
+            stop.callback(self._stop)
             index = 0
             while index < len(self.nb.cells):
                 cell = self.nb.cells[index]
@@ -209,7 +217,7 @@ class SandboxedExecute(Execute):
                 watch = _CpuWatch(self.km, self.cell_cpu_s)
                 watch.start()
                 self._asked_exit = False
-                split = split_hidden(cell)  # (what the kernel runs, the hidden checks the grader runs) or None
+                split = host.split(cell)  # (what the kernel runs, the hidden checks the grader runs) or None
                 original = cell.source
                 verdict = None
                 try:
@@ -318,5 +326,7 @@ class SandboxedExecute(Execute):
 
     @staticmethod
     def _error(cell: NotebookNode, ename: str, evalue: str) -> None:
+        cell.setdefault("metadata", NotebookNode()).setdefault(GRADER_ERRORS, []).append(
+            NotebookNode(ename=ename, evalue=evalue))
         cell.setdefault("outputs", []).append(NotebookNode(output_type="error", ename=ename, evalue=evalue,
                                                            traceback=[f"{ename}: {evalue}"]))

@@ -24,6 +24,7 @@ from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from code_guard import CodeGuard
 from collect import (
     Learner,
     sort_inbox,
@@ -34,6 +35,8 @@ from nbgrader.api import Gradebook, MissingEntry
 from nbgrader.apps import NbGraderAPI
 from nbgrader.plugins.export import CsvExportPlugin
 from nbgrader_setup import REPO, make_config
+from review import review_folder
+from sandboxed_execute import GRADER_ERRORS
 from sqlalchemy.exc import SAWarning
 from traitlets.config import Config
 
@@ -70,6 +73,7 @@ class Result:
     seconds: float = 0.0
     sha256: str = ""  # of the submitted file: a re-run skips a submission already graded in this form
     reused: bool = False  # graded by an earlier run, not this one
+    review: list[str] = field(default_factory=list)  # cells for the instructor to read (grader/review.py); no score
 
     @property
     def out_of(self) -> float:
@@ -239,9 +243,11 @@ class Course:
         is recorded as soon as it is graded, so a batch that crashes loses nothing already graded."""
         todo = [r for r in results if r.status == "ok" and not r.reused]
         errors: dict[str, str] = {}
+        guard = CodeGuard()  # the course code before any submission runs: each one must leave it as it was
         for _ in range(ATTEMPTS):
             again = []
             for r, (ok, error, seconds) in self._autograde_each(todo, jobs):
+                guard.check(f"after grading {r.student}")
                 r.seconds += seconds
                 if ok:
                     r.reasons += self._execution_problems(r)
@@ -262,30 +268,38 @@ class Course:
             return
         with ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("fork")) as pool:
             futures = {pool.submit(_autograde_one, self.config, r.assignment, r.student): r for r in todo}
-            for future in as_completed(futures):
-                try:
-                    yield futures[future], future.result()
-                except Exception as err:  # noqa: BLE001 - a worker that died is retried like any other failure
-                    yield futures[future], (False, f"{type(err).__name__}: {err}", 0.0)
+            try:
+                for future in as_completed(futures):
+                    try:
+                        result = future.result()
+                    except Exception as err:  # noqa: BLE001 - a worker that died is retried like any other failure
+                        result = (False, f"{type(err).__name__}: {err}", 0.0)
+                    yield futures[future], result
+            finally:  # the caller stopped (the course code changed): start nothing more
+                pool.shutdown(wait=False, cancel_futures=True)
 
     def _execution_problems(self, r: Result) -> list[str]:
-        """One line per cell that the grader stopped or the kernel died in, naming the cell and the reason."""
+        """One line per cell that the grader stopped or the kernel died in, naming the cell and the reason. The
+        reasons are the grader's own record (sandboxed_execute.GRADER_ERRORS), never an output's ename and text,
+        which a learner's exception can spell ("KernelDied: =HYPERLINK(...)")."""
         notes = []
         folder = Path(self.config.CourseDirectory.autograded_directory) / r.student / r.assignment
         for nb_path in folder.glob("*.ipynb"):
             nb = json.loads(nb_path.read_text())
             for cell in nb["cells"]:
-                gid = cell.get("metadata", {}).get("nbgrader", {}).get("grade_id", "a cell")
+                meta = cell.get("metadata", {})
+                gid = _safe_id(meta.get("nbgrader", {}).get("grade_id"))
+                for err in meta.get(GRADER_ERRORS, []):
+                    if err.get("ename") == "CellCPUTimeout":
+                        notes.append(f"{gid} timed out: {err.get('evalue', '').split(' ', 1)[-1]}")
+                    elif err.get("ename") in ("KernelDied", "NotebookTimeout"):
+                        notes.append(err.get("evalue", ""))
                 for out in cell.get("outputs", []):
                     if out.get("output_type") != "error":
                         continue
-                    if out.get("ename") == "CellCPUTimeout":
-                        notes.append(f"{gid} timed out: {out.get('evalue', '').split(' ', 1)[-1]}")
-                    elif out.get("ename") == "CellTimeoutError":
+                    if out.get("ename") == "CellTimeoutError":
                         notes.append(f"{gid} timed out: no answer within {self.config.Execute.timeout} s "
                                      "(wall-clock) and was interrupted")
-                    elif out.get("ename") in ("KernelDied", "NotebookTimeout"):
-                        notes.append(out.get("evalue", ""))
                     elif out.get("ename") == "MemoryError":
                         notes.append(f"{gid} ran out of memory (MemoryError: over the sandbox's limit)")
                 if any(o.get("output_type") == "stream" and "output truncated" in "".join(o.get("text", ""))
@@ -348,7 +362,7 @@ class Course:
             CsvExportPlugin(to=str(grades)).export(gb)
         summary = out_dir / "summary.csv"
         header = ["student", "assignment", "score", "auto_max", "manual_pending", "status", "failed_checks",
-                  "reasons", "source", "seconds"]
+                  "reasons", "source", "seconds", "review"]
         kept = self._summary_rows_of_others(summary, header, {assignment} | {r.assignment for r in results})
         with summary.open("w", newline="") as fh:
             w = csv.writer(fh)
@@ -357,7 +371,8 @@ class Course:
             for r in results:
                 score = "" if r.status in UNGRADED else f"{r.score:g}"  # not a 0: nothing was graded
                 w.writerow([r.student, r.assignment, score, f"{r.auto_max:g}", f"{r.manual_pending:g}",
-                            r.status, " ".join(r.failed), "; ".join(r.reasons), r.source, f"{r.seconds:.1f}"])
+                            r.status, " ".join(r.failed), "; ".join(r.reasons), r.source, f"{r.seconds:.1f}",
+                            " | ".join(r.review)])
         return grades, summary
 
     def _summary_rows_of_others(self, summary: Path, header: list[str], runs: set[str | None]) -> list[list[str]]:
@@ -389,6 +404,10 @@ class Course:
         if len(notebooks) != 1:
             raise RuntimeError(f"{assignment}: expected one notebook in the release, found {len(notebooks)}")
         results = self.collect(inbox, assignment, notebooks[0], regrade=regrade, roster=roster)
+        for r in results:  # what blocking cannot stop, flagged for the instructor (changes no score)
+            if r.status == "ok" and not r.reused:
+                r.review = review_folder(Path(self.config.CourseDirectory.submitted_directory) / r.student
+                                         / assignment, notebooks[0])
         self.autograde(results, jobs=jobs)
         if feedback:
             self.feedback(results)
@@ -456,6 +475,12 @@ def _scrub_unicode(value, count: list[int] | None = None):
     else:
         out = value
     return (out, count[0]) if top else out
+
+
+def _safe_id(grade_id: object) -> str:
+    """A cell's grade_id as a note names it: only an id of letters, digits, ``_``, ``-`` and ``.``."""
+    ok = isinstance(grade_id, str) and re.fullmatch(r"[A-Za-z0-9_.-]{1,64}", grade_id)
+    return grade_id if ok else "a cell"
 
 
 def _last_line(text: str) -> str:

@@ -4,14 +4,19 @@ The hidden tests of ``solutions/`` import their checks from here (``from stage5.
 so every name they use stays importable from the package itself:
 
 * :mod:`.checks` - numeric checks whose messages name the likely slip, never the expected value;
+* :mod:`.protocol` - what crosses from the learner's kernel to the grader: data only, read within limits;
 * :mod:`.blocking` - stage5's own answers switched off while a learner's function runs;
-* :mod:`.ex02`, :mod:`.ex03` - the checks of one exercise each (ex01 and the clearing test use only the two above);
 * :mod:`.remote` - answers and calls carried between the learner's kernel and the grader, which runs the hidden
   checks itself (grader/host_checks.py);
+* :mod:`.ex02`, :mod:`.ex03` - the checks of one exercise each (ex01 and the clearing test use only the modules
+  above);
 * :mod:`.sandbox` - where a learner's notebook runs on the instructor's machine (bubblewrap, limits).
+
+Imports go one way: each module imports only modules above it in this list (a test in
+tests/test_grading_protocol.py checks it), so the protocol never depends on an exercise.
 """
 
-from .blocking import UnavailableError, _learner_failures, call_learner, unavailable
+from .blocking import UnavailableError, _learner_failures, unavailable
 from .checks import (
     UNIT_MISCONCEPTIONS,
     GB_PER_GiB,
@@ -45,6 +50,7 @@ from .ex03 import (
     describe_deployment,
     reference_diagnosis,
 )
+from .remote import call_learner
 
 __all__ = [
     "DIAGNOSIS_BLOCKED", "DIAGNOSIS_FIELDS", "FUNCTION_GAIN_FACTOR", "GAIN_FACTOR", "GB_PER_GiB", "SERVING_BLOCKED",

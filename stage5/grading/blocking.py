@@ -1,4 +1,7 @@
-"""Switching stage5's own answers off while a learner's function runs, and learner crashes as one-line failures."""
+"""Switching stage5's own answers off while a learner's function runs, and learner crashes as one-line failures.
+
+Used on both sides of the kernel boundary (:mod:`.remote` calls it in the kernel; a notebook run by hand calls it in
+its own process); it imports nothing of the grading package but :mod:`.checks` and :mod:`.protocol`."""
 
 from __future__ import annotations
 
@@ -7,11 +10,11 @@ import gc
 import importlib
 import sys
 import types
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 from .checks import GradingError
-from .remote import RemoteFunction
+from .protocol import quote
 
 
 class UnavailableError(GradingError):
@@ -128,20 +131,6 @@ def _patch_referrers(stubs: dict[int, tuple[Any, Any]], saved: list[tuple[Any, A
                     func.__defaults__ = tuple(stub_for(v) or v for v in ref)
 
 
-def call_learner(name: str, func: Callable[..., Any], *args: Any, blocked: Iterable[str] = (), **kwargs: Any) -> Any:
-    """Call a learner's function with ``blocked`` stage5 functions unavailable; turn any crash into a short,
-    learner-safe failure that names the check (no traceback of the hidden test). Given a
-    :class:`~stage5.grading.remote.RemoteFunction` (in the grader), the call happens in the learner's kernel."""
-    if isinstance(func, RemoteFunction):
-        if kwargs:
-            raise TypeError("a learner's function in the kernel takes positional arguments only")
-        return func.call(name, args, blocked)
-    if not callable(func):
-        raise GradingError(f"{name}: expected a function, got {type(func).__name__}")
-    with unavailable(*blocked, deep=True), _learner_failures(name, name):
-        return func(*args, **kwargs)
-
-
 @contextlib.contextmanager
 def _learner_failures(label: str, name: str) -> Iterator[None]:
     """Turn whatever a learner's code raises into a one-line GradingError naming ``label`` (or ``name`` for a
@@ -155,5 +144,16 @@ def _learner_failures(label: str, name: str) -> Iterator[None]:
     except NotImplementedError:
         raise GradingError(f"{name}: the function is not written yet (it raises NotImplementedError)") from None
     except Exception as err:  # noqa: BLE001 - any learner crash becomes a graded failure
-        raise GradingError(f"{label}: your function raised {type(err).__name__}: {err}") from None
+        # the learner's words, quoted and escaped: a class named like a grader message stays the learner's
+        raise GradingError(f"{label}: your function raised {_learners_words(err)}") from None
+
+
+def _learners_words(err: BaseException) -> str:
+    """A learner's exception as one quoted, escaped, bounded line: ``"ValueError: the message"``."""
+    try:
+        message = str(err)
+    except Exception:  # noqa: BLE001 - a learner's exception whose __str__ fails
+        message = ""
+    name = getattr(type(err), "__name__", "an exception")
+    return quote(f"{name}: {message}" if message else name)
 

@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from .checks import GradingError
+from .remote import register_probes
 
 #: The reference engine and allocators, switched off while a learner's code runs (every method, so a learner's
 #: class that subclasses one of them gains nothing either).
@@ -554,6 +555,7 @@ def _probe_attention(label: str, cls: Any, seed: int) -> dict[str, Any]:
 
 
 DRIVERS["attention"] = _probe_attention
+register_probes(DRIVERS, SERVING_BLOCKED)  # what Kernel.drive may run in the kernel
 
 
 def _attention_variants(seed: int) -> dict[str, Any]:
