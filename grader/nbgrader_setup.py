@@ -7,7 +7,9 @@ the repository-root ``nbgrader_config.py``) the ``nbgrader`` command line:
 * submitted, autograded and feedback folders, the sqlite gradebook and the exchange under ``work_dir``
   (``grader/`` by default; git-ignored);
 * each kernel in a sandbox with a CPU-time budget per cell, restored test cells, outputs capped in size, and
-  feedback that shows neither hidden tests nor the tracebacks of test cells.
+  feedback that shows neither hidden tests nor the tracebacks of test cells;
+* feedback that is inert: learner outputs and markdown pass nbconvert's bleach sanitizer (no script, event
+  attribute, ``javascript:`` URL, iframe, object, embed or SVG; JavaScript outputs dropped), and long lines wrap.
 """
 
 from __future__ import annotations
@@ -17,7 +19,15 @@ import shutil
 import sys
 from pathlib import Path
 
-from nbconvert.preprocessors import ClearMetadataPreprocessor, CSSHTMLHeaderPreprocessor, Preprocessor
+from nbconvert.preprocessors import (
+    ClearMetadataPreprocessor,
+    CSSHTMLHeaderPreprocessor,
+    Preprocessor,
+)
+from nbconvert.preprocessors.sanitize import (  # bleach's tags, as nbconvert uses them
+    ALLOWED_TAGS,
+    SanitizeHTML,
+)
 from nbgrader.preprocessors import (
     AssignLatePenalties,
     CheckCellMetadata,
@@ -103,6 +113,27 @@ class TruncateOutput(Preprocessor):
         return cell, resources
 
 
+# What a learner's HTML output may keep in feedback: bleach's defaults plus plain text structure and tables (a
+# DataFrame's display). No image: a remote one would tell the learner when and where the instructor opened it.
+FEEDBACK_TAGS = sorted(set(ALLOWED_TAGS) | {"p", "div", "span", "pre", "br", "hr", "h1", "h2", "h3", "h4", "h5", "h6",
+                                            "sub", "sup", "table", "thead", "tbody", "tr", "th", "td", "caption"})
+# Long lines (a hint, a traceback's last line, a wide print) wrap instead of running off the right edge.
+WRAP_CSS = """
+pre, div.output_area pre, div.output_text pre { white-space: pre-wrap; overflow-wrap: anywhere; }
+div.output_subarea, div.text_cell_render { overflow-x: visible; max-width: 100%; }
+"""
+
+
+class WrapLongLines(Preprocessor):
+    """Add :data:`WRAP_CSS` to the styles the feedback page inlines (after CSSHTMLHeaderPreprocessor's)."""
+
+    enabled = True
+
+    def preprocess(self, nb, resources):
+        resources.setdefault("inlining", {}).setdefault("css", []).append(WRAP_CSS)
+        return nb, resources
+
+
 def make_config(work_dir: str | Path | None = None, root: str | Path = REPO,
                 cell_timeout_s: int = CELL_TIMEOUT_S) -> Config:
     """nbgrader settings for the course, with the working state (submissions, gradebook) under ``work_dir``."""
@@ -130,7 +161,10 @@ def make_config(work_dir: str | Path | None = None, root: str | Path = REPO,
                                            ClearMetadataPreprocessor, SaveAutoGrades, AssignLatePenalties,
                                            CheckCellMetadata]
     c.GenerateFeedback.preprocessors = [GetGrades, ClearHiddenTests, StripTestTracebacks, TruncateOutput,
-                                        CSSHTMLHeaderPreprocessor]
+                                        SanitizeHTML, CSSHTMLHeaderPreprocessor, WrapLongLines]
+    c.SanitizeHTML.tags = FEEDBACK_TAGS
+    c.SanitizeHTML.strip = True  # unsafe markup removed, not shown as text
+    c.HTMLExporter.sanitize_html = True  # the template also cleans rendered markdown and omits JavaScript outputs
     c.ClearHiddenTests.enforce_metadata = True
     return c
 

@@ -306,9 +306,10 @@ class Course:
         grades = out_dir / "grades.csv"
         with Gradebook(self.db_url) as gb:
             CsvExportPlugin(to=str(grades)).export(gb)
+        _neutralise_csv(grades)
         summary = out_dir / "summary.csv"
         with summary.open("w", newline="") as fh:
-            w = csv.writer(fh)
+            w = SafeCsvWriter(fh)
             w.writerow(["student", "assignment", "score", "auto_max", "manual_pending", "status", "failed_checks",
                         "reasons", "source", "seconds"])
             for r in results:
@@ -336,6 +337,43 @@ class Course:
                 self._save_record(r)
         self.export(results)
         return results
+
+
+# ------------------------------------------------------------------------------------ CSV
+FORMULA_START = ("=", "+", "-", "@", "\t", "\r")  # what makes a spreadsheet read a cell as a formula (OWASP)
+_NUMBER = re.compile(r"[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?")  # a plain decimal number, nothing else
+
+
+def csv_safe(value: object) -> str:
+    """``value`` as a CSV cell a spreadsheet shows as text: one that starts like a formula gets a leading ``'``
+    (OWASP's rule for CSV injection). A number stays a number, negative ones included: a score or a penalty is
+    the grader's own figure, never learner text."""
+    text = "" if value is None else str(value)
+    if text.startswith(FORMULA_START) and not _NUMBER.fullmatch(text):
+        return "'" + text
+    return text
+
+
+class SafeCsvWriter:
+    """``csv.writer`` whose every cell goes through :func:`csv_safe`."""
+
+    def __init__(self, fh) -> None:
+        self._w = csv.writer(fh)
+
+    def writerow(self, row) -> None:
+        self._w.writerow([csv_safe(v) for v in row])
+
+
+def _neutralise_csv(path: Path) -> None:
+    """Rewrite a CSV written by someone else (nbgrader's export) with every cell through :func:`csv_safe`."""
+    with path.open(newline="") as fh:
+        rows = list(csv.reader(fh))
+    tmp = path.with_suffix(".tmp")
+    with tmp.open("w", newline="") as fh:
+        w = SafeCsvWriter(fh)
+        for row in rows:
+            w.writerow(row)
+    tmp.replace(path)
 
 
 # ------------------------------------------------------------------------------------ helpers
