@@ -432,7 +432,7 @@ def _read_notebook(path: Path) -> dict:
     if not isinstance(nb, dict) or not isinstance(nb.get("cells"), list):
         raise InvalidSubmission("not a valid notebook (no list of cells)")
     if nb.get("nbformat") != 4:
-        raise InvalidSubmission(f"not a valid notebook (nbformat {str(nb.get('nbformat'))[:20]!r}, expected 4)")
+        raise InvalidSubmission(f"not a valid notebook (nbformat {json.dumps(nb.get('nbformat'))[:20]}, expected 4)")
     if not isinstance(nb.get("metadata", {}), dict):
         raise InvalidSubmission("not a valid notebook (its metadata is not an object)")
     if len(nb["cells"]) > MAX_CELLS:
