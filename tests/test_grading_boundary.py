@@ -142,6 +142,7 @@ INVALID = {  # student: words of its one line
     "big": "over the limit",
     "old_format": "nbformat",
     "not_json": "not a valid notebook",
+    "deep": "not a valid notebook (RecursionError)",  # deeper than any parser's recursion
 }
 
 
@@ -164,6 +165,7 @@ def graded(tmp_path_factory):
     for name, nb in write.items():
         (inbox / f"{name}_ex01.ipynb").write_text(json.dumps(nb))
     (inbox / "not_json_ex01.ipynb").write_text('{"cells": [')
+    (inbox / "deep_ex01.ipynb").write_text('{"cells": ' + "[" * 200_000 + "]" * 200_000 + "}")
     (inbox / "big_ex01.ipynb").write_text(json.dumps({**heads, "metadata": {"pad": "x" * (3 * MIB)}}))
     patch = pytest.MonkeyPatch()
     patch.setenv(SECRET_NAME, SECRET)

@@ -108,21 +108,6 @@ def test_a_file_that_is_not_a_notebook_is_one_line(tmp_path, value, words):
     assert "\n" not in str(err.value)
 
 
-def test_invalid_files_never_stop_the_collection(tmp_path):
-    inbox = tmp_path / "inbox"
-    inbox.mkdir()
-    (inbox / "alice_ex01.ipynb").write_text(json.dumps(HEADS))
-    (inbox / "bob_ex01.ipynb").write_text(json.dumps({"nbformat": 4, "metadata": {}, "cells": [1, "x", None]}))
-    (inbox / "carl_ex01.ipynb").write_text("[" * 100_000 + "]" * 100_000)  # deeper than any parser recursion
-    (inbox / "dora_ex01.ipynb").write_text(json.dumps(HEADS))
-    course = workflow.Course(tmp_path / "work")
-    release = REPO / "exercises" / "ex01" / "ex01.ipynb"
-    results = {r.student: r for r in course.collect(inbox, "ex01", release)}
-    assert results["alice"].status == results["dora"].status == "ok"
-    for bad in ("bob", "carl"):
-        assert results[bad].status == "invalid" and results[bad].reasons[0].startswith("invalid submission: ")
-
-
 @pytest.mark.parametrize(("cell", "safe"), [
     ("=HYPERLINK(\"http://x\")", "'=HYPERLINK(\"http://x\")"), ("+1+1", "'+1+1"), ("-1+1", "'-1+1"),
     ("@SUM(A1)", "'@SUM(A1)"), ("\tx", "'\tx"), ("\rx", "'\rx"), ("-inf", "'-inf"), ("\t1", "'\t1"),
