@@ -92,7 +92,8 @@ def _course_path() -> str:
 
 def kernel_env(home: str = HOME) -> dict[str, str]:
     """The kernel's whole environment: an allow-list, never the caller's variables."""
-    return {
+    env = _library_path()
+    return env | {
         "PATH": os.pathsep.join([str(Path(sys.executable).parent), "/usr/local/bin", "/usr/bin", "/bin"]),
         "HOME": home, "USER": "learner", "LOGNAME": "learner", "LANG": "C.UTF-8", "TMPDIR": "/tmp",
         # the course package from where the grader imports it (an editable install points elsewhere)
@@ -105,6 +106,13 @@ def kernel_env(home: str = HOME) -> dict[str, str]:
         # start one per core of the grading machine at import
         "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
     }
+
+
+def _library_path() -> dict[str, str]:
+    """``LD_LIBRARY_PATH`` for an interpreter whose libpython lies beside it (the copy the local JupyterHub makes
+    for other accounts, hub/local_hub.py): derived from the interpreter, never taken from the caller."""
+    lib = Path(sys.executable).resolve().parent.parent / "lib"
+    return {"LD_LIBRARY_PATH": str(lib)} if any(lib.glob("libpython*.so*")) else {}
 
 
 def _world_can_run(path: Path) -> bool:
@@ -198,7 +206,10 @@ def bwrap_command(argv: list[str], scratch: Path, readable: list[Path] | None = 
     cmd += ["--chdir", HOME,
             # only what the launcher needs to import itself; it execs the kernel with the spec's environment
             "--clearenv", "--setenv", "PATH", kernel_env()["PATH"], "--setenv", "PYTHONPATH", _course_path(),
-            "--setenv", "LANG", "C.UTF-8", "--"]
+            "--setenv", "LANG", "C.UTF-8"]
+    for name, value in _library_path().items():
+        cmd += ["--setenv", name, value]
+    cmd += ["--"]
     return cmd + argv
 
 
