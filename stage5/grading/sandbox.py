@@ -18,13 +18,15 @@ Learner code is hostile (see the README's grading section). Each submission's ke
   process it started dies with it) and its own session;
 * resource limits set by :func:`apply_limits` before the kernel starts: CPU seconds, address space and file size
   per process, and a number of processes and threads (``RLIMIT_NPROC``) for the whole sandbox, because each sandbox
-  has a uid of its own (root grader). The grader adds the memory of all the sandbox's processes together and
+  has a uid of its own (root grader) or a user namespace of its own (other graders; Linux 5.14 and later count
+  the limit per namespace). The grader adds the memory of all the sandbox's processes together and
   kills the sandbox over ``Limits.sandbox_memory_bytes`` (``grader/sandboxed_execute.py``).
 
 Where bubblewrap is missing or cannot create namespaces, :func:`isolation` says why, and the grader runs the
 kernel without isolation after a loud warning: the environment is still the allow-list, the per-process limits
-and the process cap still apply, the kernel still drops to its own uid where the grader is root and the Python
-installation is readable by others; the working folder is then a host folder with no size cap.
+still apply, the kernel still drops to its own uid where the grader is root and the Python installation is
+readable by others; the process cap then counts every process of the kernel's uid (and does not bind root), and
+the working folder is a host folder with no size cap.
 
 ``python -m stage5.grading.sandbox SPEC_JSON -- ARGV...`` sets the limits, drops the uid, then execs ``ARGV`` with
 exactly the spec's environment.
