@@ -6,7 +6,7 @@ Learner code is hostile (see the README's grading section). Each submission's ke
 
 * only the system directories, the Python installation and the course package, all **read-only**;
 * an environment built from an allow-list (:func:`kernel_env`), never the grader's: ``--clearenv``, then only
-  ``PATH``, ``HOME``, ``LANG`` and the Python, Jupyter and thread-count variables the kernel needs;
+  ``PATH``, ``HOME``, ``LANG`` and the Python and Jupyter variables the kernel needs;
 * an unprivileged user: when the grader runs as root, the kernel drops to a uid of its own that owns no file
   (:func:`sandbox_uid`, group ``nogroup``) before it starts, so files only root may read (``/etc/shadow``, a
   ``0600`` file anywhere) stay closed; a non-root grader's sandbox runs in a user namespace as the grader's own
@@ -65,7 +65,9 @@ class Limits:
     file_bytes: int = 256 * 2**20  # RLIMIT_FSIZE: the largest file it may write
     notebook_wall_s: float = 900.0  # wall-clock for the whole notebook: only catches a kernel that waits forever
     sandbox_memory_bytes: int = 3 * 2**30  # resident memory of all the sandbox's processes together (grader polls)
-    processes: int = 128  # processes and threads of the whole sandbox (RLIMIT_NPROC of its own uid)
+    # processes and threads of the whole sandbox (RLIMIT_NPROC): room for torch's and OpenBLAS's one thread per core
+    # on a large grading machine, far below a fork bomb's thousands
+    processes: int = 512
     tmp_bytes: int = 256 * 2**20  # size of the sandbox's /tmp (a tmpfs)
     home_bytes: int = 256 * 2**20  # size of its working folder, HOME (a tmpfs)
 
@@ -104,9 +106,6 @@ def kernel_env(home: str = HOME) -> dict[str, str]:
         # ipykernel watches its parent pid and exits when it looks like init, as bwrap's does in its pid
         # namespace: 1 means "no parent to watch" (the grader kills the sandbox itself)
         "JPY_PARENT_PID": "1",
-        # one thread per maths library: the process cap counts threads, and OpenBLAS or torch would otherwise
-        # start one per core of the grading machine at import
-        "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
     }
 
 
