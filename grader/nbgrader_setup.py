@@ -7,7 +7,9 @@ the repository-root ``nbgrader_config.py``) the ``nbgrader`` command line:
 * submitted, autograded and feedback folders, the sqlite gradebook and the exchange under ``work_dir``
   (``grader/`` by default; git-ignored);
 * each kernel in a sandbox with a CPU-time budget per cell, restored test cells, outputs capped in size, and
-  feedback that shows neither hidden tests nor the tracebacks of test cells.
+  feedback that shows neither hidden tests nor the tracebacks of test cells;
+* feedback that is inert: learner outputs and markdown pass nbconvert's bleach sanitizer (no script, event
+  attribute, ``javascript:`` URL, iframe, object, embed or SVG; JavaScript outputs dropped), and long lines wrap.
 """
 
 from __future__ import annotations
@@ -17,7 +19,17 @@ import shutil
 import sys
 from pathlib import Path
 
-from nbconvert.preprocessors import ClearMetadataPreprocessor, CSSHTMLHeaderPreprocessor, Preprocessor
+from nbconvert.filters.markdown_mistune import markdown2html_mistune
+from nbconvert.preprocessors import (
+    ClearMetadataPreprocessor,
+    CSSHTMLHeaderPreprocessor,
+    Preprocessor,
+)
+from nbconvert.preprocessors.sanitize import (  # bleach's tags, as nbconvert uses them
+    ALLOWED_ATTRIBUTES,
+    ALLOWED_TAGS,
+    SanitizeHTML,
+)
 from nbgrader.preprocessors import (
     AssignLatePenalties,
     CheckCellMetadata,
@@ -107,6 +119,37 @@ class TruncateOutput(Preprocessor):
         return cell, resources
 
 
+# What a learner's HTML output may keep in feedback: bleach's defaults plus plain text structure and tables (a
+# DataFrame's display). No image: a remote one would tell the learner when and where the instructor opened it.
+FEEDBACK_TAGS = sorted(set(ALLOWED_TAGS) | {"p", "div", "span", "pre", "br", "hr", "h1", "h2", "h3", "h4", "h5", "h6",
+                                            "sub", "sup", "table", "thead", "tbody", "tr", "th", "td", "caption"})
+# bleach's attributes (a: href and title, ...) plus classes for layout and ids on headings for their anchors
+FEEDBACK_ATTRIBUTES = {**ALLOWED_ATTRIBUTES, "*": ["class"], **{f"h{i}": ["id"] for i in range(1, 7)}}
+_SANITIZER = SanitizeHTML(tags=FEEDBACK_TAGS, attributes=FEEDBACK_ATTRIBUTES, strip=True)
+# Long lines (a hint, a traceback's last line, a wide print) wrap instead of running off the right edge.
+WRAP_CSS = """
+pre, div.output_area pre, div.output_text pre { white-space: pre-wrap; overflow-wrap: anywhere; }
+div.output_subarea, div.text_cell_render { overflow-x: visible; max-width: 100%; }
+"""
+
+
+def inert_markdown2html(source: str) -> str:
+    """Markdown rendered as nbconvert renders it, then cleaned by bleach with the feedback's tags and bleach's
+    attributes and URL schemes (http, https, mailto). nbgrader's feedback template renders markdown cells without
+    nbconvert's ``clean_html``, so a learner's ``[x](javascript:...)`` or ``<img onerror=...>`` would stay live."""
+    return _SANITIZER.sanitize_html_tags(markdown2html_mistune(source))
+
+
+class WrapLongLines(Preprocessor):
+    """Add :data:`WRAP_CSS` to the styles the feedback page inlines (after CSSHTMLHeaderPreprocessor's)."""
+
+    enabled = True
+
+    def preprocess(self, nb, resources):
+        resources.setdefault("inlining", {}).setdefault("css", []).append(WRAP_CSS)
+        return nb, resources
+
+
 def make_config(work_dir: str | Path | None = None, root: str | Path = REPO,
                 cell_timeout_s: int = CELL_TIMEOUT_S) -> Config:
     """nbgrader settings for the course, with the working state (submissions, gradebook) under ``work_dir``."""
@@ -137,7 +180,13 @@ def make_config(work_dir: str | Path | None = None, root: str | Path = REPO,
                                            ClearMetadataPreprocessor, SaveAutoGrades, AssignLatePenalties,
                                            CheckCellMetadata]
     c.GenerateFeedback.preprocessors = [GetGrades, ClearHiddenTests, StripTestTracebacks, TruncateOutput,
-                                        CSSHTMLHeaderPreprocessor]
+                                        SanitizeHTML, CSSHTMLHeaderPreprocessor, WrapLongLines]
+    c.SanitizeHTML.enabled = True  # nbconvert preprocessors are off unless enabled
+    c.SanitizeHTML.tags = FEEDBACK_TAGS
+    c.SanitizeHTML.attributes = FEEDBACK_ATTRIBUTES
+    c.SanitizeHTML.strip = True  # unsafe markup removed, not shown as text
+    c.HTMLExporter.sanitize_html = True  # nbconvert's templates also clean outputs and omit JavaScript ones
+    c.HTMLExporter.filters = {"markdown2html": inert_markdown2html}  # every markdown cell, whatever the template
     c.ClearHiddenTests.enforce_metadata = True
     return c
 

@@ -6,6 +6,9 @@
   interrupted; if it keeps computing (a long C call ignores the interrupt), the sandbox is killed. CPU time, not
   wall-clock, so a correct notebook graded on a busy machine gets the same limits as on a quiet one; a generous
   wall-clock limit only catches a cell that waits forever.
+* The memory of all the sandbox's processes together is checked with the CPU time; over
+  ``Limits.sandbox_memory_bytes`` the sandbox is killed (three processes that each stay under the per-process limit
+  cannot add up past it).
 * When the kernel dies in a cell (killed, out of memory, ``exit()``), that cell gets a one-line error naming the
   reason, a fresh sandbox replays the cells that had run, and grading continues with the next cell: only the
   cell that died loses its marks.
@@ -16,6 +19,7 @@ from __future__ import annotations
 import ast
 import contextlib
 import copy
+import os
 import signal
 import tempfile
 import threading
@@ -33,7 +37,17 @@ from nbgrader.preprocessors.execute import Execute
 from traitlets import Float, Instance, Integer
 
 from stage5.grading.remote import MAX_REPLY_CHARS
-from stage5.grading.sandbox import Limits, bwrap_command, isolation, limited_command
+from stage5.grading.sandbox import (
+    HOME,
+    NOGROUP,
+    Limits,
+    bwrap_command,
+    isolation,
+    kernel_env,
+    limited_command,
+    privilege_note,
+    sandbox_uid,
+)
 
 MAX_RESTARTS = 4  # kernel deaths per notebook before the remaining cells are marked as not run
 # Cell metadata where the grader records the errors it added itself (workflow.py reads its notes from there, never
@@ -54,12 +68,26 @@ class SandboxKernelManager(AsyncKernelManager):
 
     limits = Instance(Limits, args=())
     scratch: Path
+    uid: int | None = None  # the sandbox's own uid (a root grader), else None
 
     def format_kernel_cmd(self, extra_arguments: list[str] | None = None) -> list[str]:
-        cmd = limited_command(super().format_kernel_cmd(extra_arguments), self.limits)
-        if isolation()[0] == "bwrap":
-            cmd = bwrap_command(cmd, self.scratch)
+        """The kernel's command line; called once the connection file is written (jupyter_client's provisioner)."""
+        mode = isolation()[0]
+        self.uid = sandbox_uid(mode)
+        if self.uid is not None:  # the kernel, as its own uid, must create its sockets and read the connection file
+            for path in (self.scratch, Path(self.connection_file)):
+                os.chown(path, self.uid, NOGROUP)
+        home = HOME if mode == "bwrap" else str(self.scratch)
+        cmd = limited_command(super().format_kernel_cmd(extra_arguments), self.limits, kernel_env(home), self.uid)
+        if mode == "bwrap":
+            cmd = bwrap_command(cmd, self.scratch, limits=self.limits)
         return cmd
+
+    def close_scratch(self) -> None:
+        """Once the kernel is up, take back its socket folder: it may write only in its sized tmpfs mounts."""
+        if self.uid is not None and isolation()[0] == "bwrap":
+            os.chown(self.scratch, 0, 0)
+            os.chmod(self.scratch, 0o755)
 
     def sandbox_processes(self) -> list[psutil.Process]:
         """The launched process (bwrap or the kernel) and everything below it."""
@@ -71,6 +99,16 @@ class SandboxKernelManager(AsyncKernelManager):
             return [root, *root.children(recursive=True)]
         except psutil.NoSuchProcess:
             return []
+
+    def memory_bytes(self, procs: list[psutil.Process]) -> int:
+        """Resident memory of ``procs`` added up (shared pages count once per process: an upper bound)."""
+        total = 0
+        for p in procs:
+            try:
+                total += p.memory_info().rss
+            except psutil.NoSuchProcess:
+                continue
+        return total
 
     def cpu_seconds(self, procs: list[psutil.Process] | None = None) -> float:
         """CPU time used so far by every process in the sandbox (including finished children it waited for);
@@ -147,11 +185,19 @@ class _CpuWatch(threading.Thread):
         self.stop = threading.Event()
         self.over = False  # the cell used more than its budget
         self.killed = False
+        self.memory = 0  # resident bytes of the whole sandbox when it was killed for using too much
 
     def run(self) -> None:
         interrupted_at = None
+        cap = self.km.limits.sandbox_memory_bytes
         while not self.stop.wait(0.2):
-            used = self.km.cpu_seconds() - self.start_cpu
+            procs = self.km.sandbox_processes()
+            resident = self.km.memory_bytes(procs)
+            if resident > cap:
+                self.memory, self.killed = resident, True
+                self.km.kill_sandbox()
+                return
+            used = self.km.cpu_seconds(procs) - self.start_cpu
             if used > self.budget and interrupted_at is None:
                 self.over, interrupted_at = True, used
                 self.km.signal_kernel_process(signal.SIGINT)
@@ -167,6 +213,11 @@ class SandboxedExecute(Execute):
 
     cell_cpu_s = Float(10.0, help="CPU seconds one cell may use").tag(config=True)
     memory_bytes = Integer(Limits.memory_bytes, help="address space per sandboxed process").tag(config=True)
+    sandbox_memory_bytes = Integer(Limits.sandbox_memory_bytes,
+                                   help="resident memory of all a sandbox's processes").tag(config=True)
+    processes = Integer(Limits.processes, help="processes and threads of a whole sandbox").tag(config=True)
+    tmp_bytes = Integer(Limits.tmp_bytes, help="size of the sandbox's /tmp").tag(config=True)
+    home_bytes = Integer(Limits.home_bytes, help="size of the sandbox's working folder").tag(config=True)
     _warned = False
     _asked_exit = False
 
@@ -176,14 +227,20 @@ class SandboxedExecute(Execute):
 
     def _limits(self) -> Limits:
         return Limits(cell_cpu_s=self.cell_cpu_s, memory_bytes=self.memory_bytes,
+                      sandbox_memory_bytes=self.sandbox_memory_bytes, processes=self.processes,
+                      tmp_bytes=self.tmp_bytes, home_bytes=self.home_bytes,
                       notebook_cpu_s=max(600, int(60 * self.cell_cpu_s)))
 
     def preprocess(self, nb: NotebookNode, resources: Any = None, km: Any = None):
         mode, why = isolation()
         if mode != "bwrap" and not SandboxedExecute._warned:
             SandboxedExecute._warned = True
-            msg = (f"WARNING: learner notebooks run WITHOUT isolation ({why}). They can read and change every file "
-                   "this user can, including solutions/ and the gradebook. Install bubblewrap to grade safely.")
+            drop = privilege_note(mode) or ("the kernel runs as an unprivileged uid of its own"
+                                            if sandbox_uid(mode) is not None else "the kernel runs as this user")
+            msg = (f"WARNING: learner notebooks run WITHOUT isolation ({why}). They can read every file {drop} can, "
+                   "which may include solutions/ and the gradebook; the environment is still cleared to an "
+                   "allow-list and the limits apply, but not the sized /tmp and working folder. Install "
+                   "bubblewrap 0.8 or later to grade safely.")
             self.log.warning(msg)
             warnings.warn(msg, RuntimeWarning, stacklevel=2)
         from nbclient import NotebookClient
@@ -241,6 +298,11 @@ class SandboxedExecute(Execute):
                     cell.outputs = [o for o in cell.outputs if o.get("output_type") != "error"]
                     self._error(cell, "CellCPUTimeout", f"{label} used more than {self.cell_cpu_s:g} s of CPU time "
                                 f"and was {'stopped' if watch.killed or died else 'interrupted'}")
+                elif watch.memory:
+                    self._error(cell, "KernelDied", f"the kernel died in {label}: its processes together used "
+                                f"{watch.memory / 2**30:.1f} GiB, over the sandbox's "
+                                f"{self._limits().sandbox_memory_bytes / 2**30:g} GiB")
+                    died = died or "memory"
                 elif died:
                     self._error(cell, "KernelDied", f"the kernel died in {label}: {died}")
                 if died or watch.killed:
@@ -260,6 +322,7 @@ class SandboxedExecute(Execute):
 
     # ------------------------------------------------------------------------------------ kernel lifetime
     def _start(self, tmp: Path, replay: list[int]) -> None:
+        os.chmod(tmp, 0o711)  # a kernel dropped to its own uid must reach its scratch folder inside
         scratch = Path(tempfile.mkdtemp(dir=tmp))
         self.km = self.create_kernel_manager()
         self.km.limits = self._limits()
@@ -270,6 +333,7 @@ class SandboxedExecute(Execute):
         self.start_new_kernel(cwd=str(scratch))
         self.start_new_kernel_client()
         info = self.wait_for_reply(self.kc.kernel_info())
+        self.km.close_scratch()
         self.nb.metadata["language_info"] = info["content"]["language_info"]
         for i in replay:  # rebuild the state of a kernel that died, without keeping these outputs
             scratch_cell = copy.deepcopy(self.nb.cells[i])

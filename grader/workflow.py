@@ -10,7 +10,9 @@ noted; a submission that cannot be graded for a reason not the learner's is retr
 
 from __future__ import annotations
 
+import copy
 import csv
+import difflib
 import hashlib
 import html
 import json
@@ -41,6 +43,9 @@ from sqlalchemy.exc import SAWarning
 from traitlets.config import Config
 
 MAX_SUBMISSION_BYTES = 50 * 2**20  # a submitted file larger than this is not opened
+MAX_CELLS = 2000  # a notebook with more cells than this is not graded (the exercises have under 100)
+INVALID = "invalid submission"
+RESTORED = "your notebook's grading cells were changed; they were restored"
 ATTEMPTS = 2  # a failure that is not the learner's (kernel start, the machine) is retried once, then reported
 NOT_GRADED = "not graded: retry"
 CLASH = "clash"  # two different files claim one learner: neither is graded until the instructor removes one
@@ -157,7 +162,11 @@ class Course:
                     continue
                 path = submission.materialise(Path(tmp), MAX_SUBMISSION_BYTES)
                 earlier = None if regrade else self._earlier(student, assignment, path)
-                r = earlier or self._take(student, path, submission.label, assignment, release_nb)
+                try:
+                    r = earlier or self._take(student, path, submission.label, assignment, release_nb)
+                except Exception as err:  # noqa: BLE001 - one file never stops the class
+                    r = Result(student, assignment, source=submission.label, status="invalid",
+                               reasons=[f"{INVALID}: could not be read ({type(err).__name__})"])
                 if student in found.copies:
                     r.reasons.append(f"identical copies not used: {', '.join(found.copies[student])}")
                 results.append(r)
@@ -217,20 +226,25 @@ class Course:
         for step in ("autograded_directory", "feedback_directory"):
             shutil.rmtree(Path(getattr(self.config.CourseDirectory, step)) / student / assignment, ignore_errors=True)
         if path.stat().st_size > MAX_SUBMISSION_BYTES:
-            r.status, r.reasons = "invalid", [f"file is {path.stat().st_size / 2**20:.0f} MiB, over the limit"]
+            r.status = "invalid"
+            r.reasons = [f"{INVALID}: file is {path.stat().st_size / 2**20:.0f} MiB, over the limit"]
             return r
         r.sha256 = _sha256(path)
         try:
-            nb = json.loads(path.read_bytes())
-            if not isinstance(nb, dict) or not isinstance(nb.get("cells"), list):
-                raise ValueError("no list of cells")
-        except (ValueError, UnicodeDecodeError, RecursionError) as err:
-            r.status, r.reasons = "invalid", [f"not a valid notebook ({type(err).__name__})"]
+            nb, replaced = _scrub_unicode(_read_notebook(path))
+        except InvalidSubmission as err:
+            r.status, r.reasons = "invalid", [f"{INVALID}: {err}"]
             return r
-        nb, replaced = _scrub_unicode(nb)
+        except (ValueError, UnicodeDecodeError, RecursionError, MemoryError) as err:
+            r.status, r.reasons = "invalid", [f"{INVALID}: not a valid notebook ({type(err).__name__})"]
+            return r
         if replaced:
             r.reasons.append(f"{replaced} invalid Unicode character(s) replaced by U+FFFD")
-        r.reasons += _tampering(nb, json.loads(release_nb.read_text()))
+        release = json.loads(release_nb.read_text())
+        if _metadata_changed(nb, release):
+            nb = _restore_grading_cells(nb, release)
+            r.reasons.append(RESTORED)
+        r.reasons += _tampering(nb, release)
         dest.mkdir(parents=True, exist_ok=True)
         (dest / release_nb.name).write_text(json.dumps(nb, ensure_ascii=False))
         (dest / "timestamp.txt").write_text(timestamp_text(path.stat().st_mtime))  # Formgrader's time
@@ -360,12 +374,13 @@ class Course:
         grades = out_dir / "grades.csv"
         with Gradebook(self.db_url) as gb:
             CsvExportPlugin(to=str(grades)).export(gb)
+        _neutralise_csv(grades)
         summary = out_dir / "summary.csv"
         header = ["student", "assignment", "score", "auto_max", "manual_pending", "status", "failed_checks",
                   "reasons", "source", "seconds", "review"]
         kept = self._summary_rows_of_others(summary, header, {assignment} | {r.assignment for r in results})
         with summary.open("w", newline="") as fh:
-            w = csv.writer(fh)
+            w = SafeCsvWriter(fh)
             w.writerow(header)
             w.writerows(kept)
             for r in results:
@@ -419,11 +434,187 @@ class Course:
         return results
 
 
+# ------------------------------------------------------------------------------------ CSV
+FORMULA_START = ("=", "+", "-", "@", "\t", "\r")  # what makes a spreadsheet read a cell as a formula (OWASP)
+_NUMBER = re.compile(r"[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?")  # a plain decimal number, nothing else
+
+
+def csv_safe(value: object) -> str:
+    """``value`` as a CSV cell a spreadsheet shows as text: one that starts like a formula gets a leading ``'``
+    (OWASP's rule for CSV injection). A number stays a number, negative ones included: a score or a penalty is
+    the grader's own figure, never learner text."""
+    text = "" if value is None else str(value)
+    if text.startswith(FORMULA_START) and not _NUMBER.fullmatch(text):
+        return "'" + text
+    return text
+
+
+class SafeCsvWriter:
+    """``csv.writer`` whose every cell goes through :func:`csv_safe`."""
+
+    def __init__(self, fh) -> None:
+        self._w = csv.writer(fh)
+
+    def writerow(self, row) -> None:
+        self._w.writerow([csv_safe(v) for v in row])
+
+
+def _neutralise_csv(path: Path) -> None:
+    """Rewrite a CSV written by someone else (nbgrader's export) with every cell through :func:`csv_safe`."""
+    with path.open(newline="") as fh:
+        rows = list(csv.reader(fh))
+    tmp = path.with_suffix(".tmp")
+    with tmp.open("w", newline="") as fh:
+        w = SafeCsvWriter(fh)
+        for row in rows:
+            w.writerow(row)
+    tmp.replace(path)
+
+
 # ------------------------------------------------------------------------------------ helpers
+class InvalidSubmission(ValueError):
+    """A submitted file that is not a notebook the grader can run; the message is one line for the summary."""
+
+
+def _read_notebook(path: Path) -> dict:
+    """The notebook in ``path`` as parsed JSON, with its structure checked as far as grading relies on it (nbformat
+    4's: a list of cell objects, each with a known type, text source and object metadata); else InvalidSubmission."""
+    nb = json.loads(path.read_bytes())
+    if not isinstance(nb, dict) or not isinstance(nb.get("cells"), list):
+        raise InvalidSubmission("not a valid notebook (no list of cells)")
+    if nb.get("nbformat") != 4:
+        raise InvalidSubmission(f"not a valid notebook (nbformat {json.dumps(nb.get('nbformat'))[:20]}, expected 4)")
+    if not isinstance(nb.get("metadata", {}), dict):
+        raise InvalidSubmission("not a valid notebook (its metadata is not an object)")
+    if len(nb["cells"]) > MAX_CELLS:
+        raise InvalidSubmission(f"{len(nb['cells'])} cells, over the limit of {MAX_CELLS}")
+    for i, cell in enumerate(nb["cells"], 1):
+        if not isinstance(cell, dict):
+            raise InvalidSubmission(f"not a valid notebook (cell {i} is not an object)")
+        if cell.get("cell_type") not in ("code", "markdown", "raw"):
+            raise InvalidSubmission(f"not a valid notebook (cell {i} has no valid cell_type)")
+        src = cell.get("source", "")
+        if not isinstance(src, str) and not (isinstance(src, list) and all(isinstance(x, str) for x in src)):
+            raise InvalidSubmission(f"not a valid notebook (cell {i}'s source is not text)")
+        if not isinstance(cell.get("metadata", {}), dict) or not isinstance(_nbgrader_meta(cell, raw=True), dict):
+            raise InvalidSubmission(f"not a valid notebook (cell {i}'s metadata is not an object)")
+        outputs = cell.get("outputs", [])
+        if not isinstance(outputs, list) or not all(isinstance(o, dict) for o in outputs):
+            raise InvalidSubmission(f"not a valid notebook (cell {i}'s outputs are not a list of objects)")
+    return nb
+
+
+def _nbgrader_meta(cell: dict, raw: bool = False):
+    """A cell's nbgrader metadata ({} when it has none); ``raw``: as found, even when not an object."""
+    meta = cell.get("metadata") if isinstance(cell, dict) else None
+    found = meta.get("nbgrader", {}) if isinstance(meta, dict) else {}
+    return found if raw else (found if isinstance(found, dict) else {})
+
+
+def _source(cell: dict) -> str:
+    src = cell.get("source", "")
+    return "".join(src) if isinstance(src, list) else str(src)
+
+
+_FLAGS = ("grade", "solution", "locked", "points", "task")
+
+
+def _flags(cell: dict) -> tuple:
+    meta = _nbgrader_meta(cell)
+    return (cell.get("cell_type"), *(meta.get(k) or False for k in _FLAGS))
+
+
+def _metadata_changed(submitted: dict, release: dict) -> bool:
+    """Whether a submission's nbgrader metadata differs from the release's: a grading cell added, duplicated,
+    renamed or with its flags or points changed, or an answer cell's metadata gone. (A deleted or edited test cell
+    is nbgrader's own case: OverwriteCells restores it, and :func:`_tampering` notes it.)"""
+    ours = {m["grade_id"]: _flags(c) for c in release["cells"] if (m := _nbgrader_meta(c)).get("grade_id")}
+    seen: set[str] = set()
+    for cell in submitted["cells"]:
+        meta = _nbgrader_meta(cell)
+        if not meta:
+            continue
+        gid = meta.get("grade_id")
+        if gid not in ours or gid in seen or _flags(cell) != ours[gid]:
+            return True
+        seen.add(gid)
+    answers = {gid for gid, flags in ours.items() if flags[2]}  # flags[2]: solution
+    return bool(answers - seen)
+
+
+def _restore_grading_cells(submitted: dict, release: dict) -> dict:
+    """The submission rebuilt on the release's grading cells: every cell with nbgrader metadata comes from the
+    release (test and locked cells whole, answer cells with the learner's source), found by grade_id where the
+    learner kept it and by position among the cells around it where not; the learner's other cells are kept as
+    plain cells (any nbgrader metadata removed), in place."""
+    ours = release["cells"]
+    ids = {_nbgrader_meta(c).get("grade_id") for c in ours} - {None}
+
+    def keys(cells: list[dict]) -> list[tuple]:
+        used: set[str] = set()
+        out = []
+        for c in cells:
+            gid = _nbgrader_meta(c).get("grade_id")
+            if gid in ids and gid not in used:
+                used.add(gid)
+                out.append(("id", gid))
+            else:
+                out.append(("src", c.get("cell_type"), _source(c)))
+        return out
+
+    theirs = submitted["cells"]
+    cells: list[dict] = []
+    extra = 0
+
+    def plain(cell: dict) -> dict:
+        nonlocal extra
+        extra += 1
+        cell = copy.deepcopy(cell)
+        cell.get("metadata", {}).pop("nbgrader", None)
+        if "id" in cell:
+            cell["id"] = f"learner-{extra}"  # never the id of a restored cell
+        return cell
+
+    def restored(rel: dict, sub: dict | None) -> dict:
+        cell = copy.deepcopy(rel)
+        meta = _nbgrader_meta(rel)
+        if sub is not None and sub.get("cell_type") == rel["cell_type"]:
+            if meta.get("solution"):
+                cell["source"] = sub.get("source", "")  # the learner's answer, on the release's metadata
+            elif not meta:
+                return plain(sub)  # an ordinary cell the learner may edit
+        if cell["cell_type"] == "code":
+            cell["outputs"], cell["execution_count"] = [], None
+        return cell
+
+    matcher = difflib.SequenceMatcher(None, keys(ours), keys(theirs), autojunk=False)
+    for tag, i1, i2, j1, j2 in matcher.get_opcodes():
+        rel_block, sub_block = ours[i1:i2], theirs[j1:j2]
+        if tag == "equal" or (tag == "replace" and len(rel_block) == len(sub_block)):
+            cells += [restored(r, s) for r, s in zip(rel_block, sub_block, strict=True)]
+            continue
+        # unequal blocks: each answer cell takes the learner's next cell of its type; cells left over are kept
+        taken: set[int] = set()
+        for rel in rel_block:
+            sub = None
+            if _nbgrader_meta(rel).get("solution"):
+                sub = next((s for k, s in enumerate(sub_block) if k not in taken
+                            and s.get("cell_type") == rel["cell_type"]), None)
+                taken |= {k for k, s in enumerate(sub_block) if s is sub}
+            cells.append(restored(rel, sub))
+        restored_sources = {_source(r) for r in rel_block}
+        cells += [plain(s) for k, s in enumerate(sub_block)
+                  if k not in taken and _source(s) not in restored_sources]
+    out = {k: copy.deepcopy(v) for k, v in submitted.items() if k != "cells"}
+    out["cells"] = cells
+    out["nbformat"], out["nbformat_minor"] = release["nbformat"], release["nbformat_minor"]
+    return out
+
+
 def _grade_cells(nb: dict) -> dict[str, str]:
     cells = {}
     for cell in nb.get("cells", []):
-        meta = (cell.get("metadata") or {}).get("nbgrader") or {}
+        meta = _nbgrader_meta(cell)
         if meta.get("grade_id") and (meta.get("locked") or meta.get("grade")) and not meta.get("solution"):
             src = cell.get("source", "")
             cells[meta["grade_id"]] = "".join(src) if isinstance(src, list) else str(src)

@@ -1,35 +1,58 @@
 """Where a learner's notebook runs on the instructor's machine: a disposable bubblewrap sandbox with limits.
 
 Learner code is hostile (see the README's grading section). Each submission's kernel runs under
-`bubblewrap <https://github.com/containers/bubblewrap>`_ (Debian package ``bubblewrap``; no daemon, no root
-needed where unprivileged user namespaces are allowed), which gives it
+`bubblewrap <https://github.com/containers/bubblewrap>`_ (Debian package ``bubblewrap``, 0.8 or later for
+``--size``; no daemon), which gives it
 
 * only the system directories, the Python installation and the course package, all **read-only**;
-* one fresh, writable scratch folder (its working directory, ``HOME`` and the kernel's sockets), thrown away after;
-* nothing else: no repository (so no ``solutions/``), no gradebook, no inbox, no other learner's files;
+* an environment built from an allow-list (:func:`kernel_env`), never the grader's: ``--clearenv``, then only
+  ``PATH``, ``HOME``, ``LANG`` and the Python and Jupyter variables the kernel needs;
+* an unprivileged user: when the grader runs as root, the kernel drops to a uid of its own that owns no file
+  (:func:`sandbox_uid`, group ``nogroup``) before it starts, so files only root may read (``/etc/shadow``, a
+  ``0600`` file anywhere) stay closed; a non-root grader's sandbox runs in a user namespace as the grader's own
+  uid, and sees nothing of its files but the read-only binds above;
+* a working folder and ``/tmp`` that are two tmpfs mounts of a fixed size (``Limits.home_bytes``,
+  ``Limits.tmp_bytes``), thrown away with the sandbox; the kernel's sockets live in a host folder that it may
+  write only until the kernel is up (root grader);
 * no network (a new network namespace), its own process namespace (so it cannot signal the grader, and every
   process it started dies with it) and its own session;
-* resource limits set by :func:`apply_limits` before the kernel starts: CPU seconds and address space per
-  process, file size.
+* resource limits set by :func:`apply_limits` before the kernel starts: CPU seconds, address space and file size
+  per process, and a number of processes and threads (``RLIMIT_NPROC``) for the whole sandbox, because each sandbox
+  has a uid of its own (root grader) or a user namespace of its own (other graders; Linux 5.14 and later count
+  the limit per namespace). The grader adds the memory of all the sandbox's processes together and
+  kills the sandbox over ``Limits.sandbox_memory_bytes`` (``grader/sandboxed_execute.py``).
 
 Where bubblewrap is missing or cannot create namespaces, :func:`isolation` says why, and the grader runs the
-kernel without isolation (limits still apply) after a loud warning.
+kernel without isolation after a loud warning: the environment is still the allow-list, the per-process limits
+still apply, the kernel still drops to its own uid where the grader is root and the Python installation is
+readable by others; the process cap then counts every process of the kernel's uid (and does not bind root), and
+the working folder is a host folder with no size cap.
 
-``python -m stage5.grading.sandbox LIMITS_JSON -- ARGV...`` sets the limits, then execs ``ARGV``.
+``python -m stage5.grading.sandbox SPEC_JSON -- ARGV...`` sets the limits, drops the uid, then execs ``ARGV`` with
+exactly the spec's environment.
 """
 
 from __future__ import annotations
 
 import functools
+import itertools
 import json
 import os
 import resource
 import shutil
+import stat
 import subprocess
 import sys
 import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
+
+HOME = "/home/learner"  # the sandbox's working folder (a sized tmpfs); never a path on the host
+NOGROUP = 65534  # the group every sandbox runs as (Debian's nogroup)
+# Each sandbox's uid: this plus a counter. Far above any account's uid (Debian allots up to 60000, systemd's
+# dynamic users stay under 2**31 - 1 in 61184-65519 and 524288-1879048191 for containers), so it owns no file.
+UID_BASE = 1_900_000_000
+_uids = itertools.count()
 
 
 @dataclass(frozen=True)
@@ -39,8 +62,14 @@ class Limits:
     cell_cpu_s: float = 10.0  # CPU seconds one cell may use before it is interrupted (enforced by the grader)
     notebook_cpu_s: int = 600  # RLIMIT_CPU of each sandboxed process: a runaway the grader failed to stop
     memory_bytes: int = 2 * 2**30  # RLIMIT_AS per process (importing torch needs under 1 GiB of it)
-    file_bytes: int = 256 * 2**20  # RLIMIT_FSIZE: the largest file it may write in its scratch folder
+    file_bytes: int = 256 * 2**20  # RLIMIT_FSIZE: the largest file it may write
     notebook_wall_s: float = 900.0  # wall-clock for the whole notebook: only catches a kernel that waits forever
+    sandbox_memory_bytes: int = 3 * 2**30  # resident memory of all the sandbox's processes together (grader polls)
+    # processes and threads of the whole sandbox (RLIMIT_NPROC): room for torch's and OpenBLAS's one thread per core
+    # on a large grading machine, far below a fork bomb's thousands
+    processes: int = 512
+    tmp_bytes: int = 256 * 2**20  # size of the sandbox's /tmp (a tmpfs)
+    home_bytes: int = 256 * 2**20  # size of its working folder, HOME (a tmpfs)
 
     def __post_init__(self) -> None:
         for name, value in asdict(self).items():
@@ -55,18 +84,79 @@ def apply_limits(limits: Limits) -> None:
     resource.setrlimit(resource.RLIMIT_AS, (limits.memory_bytes, limits.memory_bytes))
     resource.setrlimit(resource.RLIMIT_FSIZE, (limits.file_bytes, limits.file_bytes))
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    resource.setrlimit(resource.RLIMIT_NPROC, (limits.processes, limits.processes))
 
 
-def limited_command(argv: list[str], limits: Limits) -> list[str]:
-    """``argv`` run through this module, which applies ``limits`` and then execs it."""
-    return [sys.executable, "-m", "stage5.grading.sandbox", json.dumps(asdict(limits)), "--", *argv]
+def _course_path() -> str:
+    """The folder that holds the ``stage5`` package (in the sandbox it holds nothing else)."""
+    import stage5
+
+    return str(Path(stage5.__file__).resolve().parent.parent)
+
+
+def kernel_env(home: str = HOME) -> dict[str, str]:
+    """The kernel's whole environment: an allow-list, never the caller's variables."""
+    env = _library_path()
+    return env | {
+        "PATH": os.pathsep.join([str(Path(sys.executable).parent), "/usr/local/bin", "/usr/bin", "/bin"]),
+        "HOME": home, "USER": "learner", "LOGNAME": "learner", "LANG": "C.UTF-8", "TMPDIR": "/tmp",
+        # the course package from where the grader imports it (an editable install points elsewhere)
+        "PYTHONPATH": _course_path(), "PYTHONNOUSERSITE": "1", "PYTHONDONTWRITEBYTECODE": "1",
+        "MPLCONFIGDIR": f"{home}/.mpl", "IPYTHONDIR": f"{home}/.ipython", "JUPYTER_RUNTIME_DIR": f"{home}/.jupyter",
+        # ipykernel watches its parent pid and exits when it looks like init, as bwrap's does in its pid
+        # namespace: 1 means "no parent to watch" (the grader kills the sandbox itself)
+        "JPY_PARENT_PID": "1",
+    }
+
+
+def _library_path() -> dict[str, str]:
+    """``LD_LIBRARY_PATH`` for an interpreter whose libpython lies beside it (the copy the local JupyterHub makes
+    for other accounts, hub/local_hub.py): derived from the interpreter, never taken from the caller."""
+    lib = Path(sys.executable).resolve().parent.parent / "lib"
+    return {"LD_LIBRARY_PATH": str(lib)} if any(lib.glob("libpython*.so*")) else {}
+
+
+def _world_can_run(path: Path) -> bool:
+    """Whether a user with no rights of its own can reach and run ``path`` (every folder above it o+x)."""
+    path = path.resolve()
+    try:
+        return all(p.stat().st_mode & stat.S_IXOTH for p in [path, *path.parents])
+    except OSError:
+        return False
+
+
+def sandbox_uid(mode: str | None = None) -> int | None:
+    """A fresh uid for one sandbox when the grader is root (so the kernel drops to it), else None.
+
+    Without bubblewrap the kernel runs from the host's files directly, so it drops only where the Python
+    installation is open to others; :func:`privilege_note` says when it cannot."""
+    if os.geteuid() != 0:
+        return None
+    if (mode or isolation()[0]) != "bwrap" and not _world_can_run(Path(sys.executable)):
+        return None
+    return UID_BASE + (os.getpid() * 1000 + next(_uids)) % 100_000_000
+
+
+def privilege_note(mode: str | None = None) -> str:
+    """Empty, or why the kernel runs with the grader's own uid (said with the no-sandbox warning)."""
+    if os.geteuid() == 0 and sandbox_uid(mode) is None:
+        return (f"the kernel runs as root: {sys.executable} is not readable by other users, so it cannot drop to "
+                "an unprivileged uid")
+    return ""
+
+
+def limited_command(argv: list[str], limits: Limits, env: dict[str, str] | None = None,
+                    uid: int | None = None) -> list[str]:
+    """``argv`` run through this module, which applies ``limits``, drops to ``uid`` (default a fresh
+    :func:`sandbox_uid`; only a root grader drops) and execs it with exactly ``env`` (default :func:`kernel_env`)."""
+    spec = {"limits": asdict(limits), "env": kernel_env() if env is None else env,
+            "uid": sandbox_uid() if uid is None else uid}
+    return [sys.executable, "-m", "stage5.grading.sandbox", json.dumps(spec), "--", *argv]
 
 
 def _readable_roots() -> list[Path]:
     """What the kernel needs to read: the Python installation, the virtual environment and the course package."""
-    import stage5
-
-    roots = {Path(sys.base_prefix).resolve(), Path(sys.prefix).resolve(), Path(stage5.__file__).resolve().parent}
+    roots = {Path(sys.base_prefix).resolve(), Path(sys.prefix).resolve(), Path(_course_path()) / "stage5"}
     # Package folders on the path that live outside both prefixes (an interpreter copied for another account and
     # pointed at the course's virtual environment, as the local JupyterHub does). Only site-packages folders:
     # never the repository root or the grader's folder, which sys.path may also hold.
@@ -77,25 +167,50 @@ def _readable_roots() -> list[Path]:
     return sorted(roots)
 
 
-def bwrap_command(argv: list[str], scratch: Path, readable: list[Path] | None = None) -> list[str]:
-    """``argv`` inside a bubblewrap sandbox whose only writable place is ``scratch``."""
-    cmd = ["bwrap", "--unshare-all", "--die-with-parent", "--new-session", "--cap-drop", "ALL",
-           "--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp"]
-    for system in ("/usr", "/etc", "/bin", "/sbin", "/lib", "/lib64", "/lib32"):
+SYSTEM = ("/usr", "/etc", "/bin", "/sbin", "/lib", "/lib64", "/lib32")
+
+
+def bwrap_command(argv: list[str], scratch: Path, readable: list[Path] | None = None,
+                  limits: Limits | None = None) -> list[str]:
+    """``argv`` inside a bubblewrap sandbox; ``scratch`` (the kernel's sockets and connection file) is bound at
+    its own path, the working folder and ``/tmp`` are sized tmpfs mounts."""
+    limits = limits or Limits()
+    as_root = os.geteuid() == 0
+    # A root grader builds the sandbox without a user namespace (one would map the kernel back to root) and lets
+    # the launcher inside keep only the right to drop to its own uid, which it uses at once. Otherwise an
+    # unprivileged user namespace, as the grader's own uid, with no capabilities.
+    cmd = ["bwrap", "--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts", "--unshare-cgroup-try",
+           "--die-with-parent", "--new-session", "--cap-drop", "ALL"]
+    cmd += ["--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"] if as_root else ["--unshare-user"]
+    cmd += ["--proc", "/proc", "--dev", "/dev"]
+    for system in SYSTEM:
         if os.path.islink(system):
             cmd += ["--symlink", os.readlink(system), system]
         elif os.path.isdir(system):
             cmd += ["--ro-bind", system, system]
-    for root in readable if readable is not None else _readable_roots():
-        cmd += ["--ro-bind", str(root), str(root)]
+    # sized tmpfs mounts first: the scratch folder may lie under /tmp on the host, and is bound over it after
+    cmd += ["--perms", "1777", "--size", str(limits.tmp_bytes), "--tmpfs", "/tmp",
+            "--perms", "0755", "--dir", str(Path(HOME).parent),
+            "--perms", "1777", "--size", str(limits.home_bytes), "--tmpfs", HOME]
     scratch = scratch.resolve()
-    cmd += ["--bind", str(scratch), str(scratch), "--chdir", str(scratch),
-            "--setenv", "HOME", str(scratch), "--setenv", "TMPDIR", "/tmp",
-            "--setenv", "MPLCONFIGDIR", str(scratch / ".mpl"), "--setenv", "IPYTHONDIR", str(scratch / ".ipython"),
-            "--unsetenv", "JUPYTER_RUNTIME_DIR", "--unsetenv", "JUPYTER_DATA_DIR",
-            # ipykernel watches its parent pid and exits when it looks like init, as bwrap's does in its pid
-            # namespace: 1 means "no parent to watch" (the grader kills the sandbox itself)
-            "--setenv", "JPY_PARENT_PID", "1", "--"]
+    roots = [Path(r) for r in (readable if readable is not None else _readable_roots())]
+    mounts = sorted({*roots, scratch})
+    made: set[Path] = {Path("/"), Path("/tmp"), Path(HOME).parent, *map(Path, SYSTEM)}
+    for mount in mounts:
+        if any(other != mount and other in mount.parents for other in mounts):
+            continue  # inside another bind already
+        for parent in reversed(mount.parents):
+            if parent not in made:  # folders bwrap would otherwise create 0700 (closed to a dropped uid)
+                made.add(parent)
+                cmd += ["--perms", "0755", "--dir", str(parent)]
+        cmd += ["--bind" if mount == scratch else "--ro-bind", str(mount), str(mount)]
+    cmd += ["--chdir", HOME,
+            # only what the launcher needs to import itself; it execs the kernel with the spec's environment
+            "--clearenv", "--setenv", "PATH", kernel_env()["PATH"], "--setenv", "PYTHONPATH", _course_path(),
+            "--setenv", "LANG", "C.UTF-8"]
+    for name, value in _library_path().items():
+        cmd += ["--setenv", name, value]
+    cmd += ["--"]
     return cmd + argv
 
 
@@ -117,11 +232,23 @@ def isolation() -> tuple[str, str]:
     return "bwrap", ""
 
 
+def _drop_to(uid: int) -> None:
+    """Become ``uid`` (group nogroup, no other groups) for good: only root can, and root loses every capability."""
+    os.setgroups([])
+    os.setgid(NOGROUP)
+    os.setuid(uid)
+    if os.getuid() != uid or os.geteuid() != uid:
+        raise SystemExit("stage5 sandbox: could not drop to an unprivileged uid")
+
+
 def main(args: list[str]) -> None:
     if len(args) < 3 or args[1] != "--":
-        raise SystemExit("usage: python -m stage5.grading.sandbox LIMITS_JSON -- ARGV...")
-    apply_limits(Limits(**json.loads(args[0])))
-    os.execvp(args[2], args[2:])
+        raise SystemExit("usage: python -m stage5.grading.sandbox SPEC_JSON -- ARGV...")
+    spec = json.loads(args[0])
+    apply_limits(Limits(**spec["limits"]))
+    if spec.get("uid") is not None and os.geteuid() == 0:
+        _drop_to(int(spec["uid"]))
+    os.execvpe(args[2], args[2:], {str(k): str(v) for k, v in spec["env"].items()})
 
 
 if __name__ == "__main__":
