@@ -458,6 +458,10 @@ class SafeCsvWriter:
     def writerow(self, row) -> None:
         self._w.writerow([csv_safe(v) for v in row])
 
+    def writerows(self, rows) -> None:
+        for row in rows:
+            self.writerow(row)
+
 
 def _neutralise_csv(path: Path) -> None:
     """Rewrite a CSV written by someone else (nbgrader's export) with every cell through :func:`csv_safe`."""

@@ -163,7 +163,8 @@ def graded(tmp_path_factory):
         "old_format": {**heads, "nbformat": 3},
     }
     for name, nb in write.items():
-        (inbox / f"{name}_ex01.ipynb").write_text(json.dumps(nb))
+        # "formula" hands in a file whose name starts like a spreadsheet formula: it reaches summary.csv's source
+        (inbox / f"{'=' if name == 'formula' else ''}{name}_ex01.ipynb").write_text(json.dumps(nb))
     (inbox / "not_json_ex01.ipynb").write_text('{"cells": [')
     (inbox / "deep_ex01.ipynb").write_text('{"cells": ' + "[" * 200_000 + "]" * 200_000 + "}")
     (inbox / "big_ex01.ipynb").write_text(json.dumps({**heads, "metadata": {"pad": "x" * (3 * MIB)}}))
@@ -240,7 +241,12 @@ def test_whole_sandbox_caps_hold(graded):
 
 def test_csv_cells_never_start_like_a_formula(graded):
     course, results = graded
-    assert "HYPERLINK" in results["formula"].line()  # the forged text reached the reasons
+    # learner text that starts like a formula reaches the CSV (the file name, as source), neutralised; the forged
+    # exception's text does not reach the reasons at all (the grader reads its own record of what went wrong)
+    assert results["formula"].source.startswith("=")
+    assert "HYPERLINK" not in results["formula"].line()
+    with (course.work / "summary.csv").open(newline="") as fh:
+        assert any(cell.startswith("'=formula") for row in csv.reader(fh) for cell in row)
     for name in ("summary.csv", "grades.csv"):
         with (course.work / name).open(newline="") as fh:
             rows = list(csv.reader(fh))
