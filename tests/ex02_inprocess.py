@@ -1,0 +1,91 @@
+"""Exercise 2's hidden checks run in this process on a (possibly mutated) copy of the reference solution.
+
+No nbgrader and no kernel: the solution's setup and answer cells are executed in one namespace, and each test cell's
+hidden block then runs in that namespace, where ``kernel_of(globals())`` finds no ``_kernel`` and drives the
+learner's classes through :class:`stage5.grading.ex02.LocalKernel` (the same probes and comparisons a graded
+submission gets, without the process boundary). Used by the mutation test (tests/test_ex02_mutants.py).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import re
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parent.parent
+HIDDEN = re.compile(r"^[ \t]*### BEGIN HIDDEN TESTS[^\n]*\n(.*?)^[ \t]*### END HIDDEN TESTS[^\n]*\n?", re.M | re.S)
+
+
+@cache
+def cells() -> tuple[tuple[str, str, dict[str, Any]], ...]:
+    """(grade_id, source, nbgrader metadata) of every code cell of the ex02 solution, in order."""
+    nb = json.loads((REPO / "solutions" / "ex02" / "ex02.ipynb").read_text())
+    out = []
+    for cell in nb["cells"]:
+        if cell["cell_type"] == "code":
+            meta = cell["metadata"].get("nbgrader", {})
+            out.append((meta.get("grade_id", ""), "".join(cell["source"]), meta))
+    return tuple(out)
+
+
+def answer(gid: str) -> str:
+    return next(src for g, src, _ in cells() if g == gid)
+
+
+def hidden_blocks() -> dict[str, str]:
+    """The hidden block of each test cell, by grade_id, in notebook order."""
+    out = {}
+    for gid, src, meta in cells():
+        match = HIDDEN.search(src) if meta.get("grade") else None
+        if match:
+            out[gid] = match.group(1)
+    return out
+
+
+def namespace(sources: dict[str, str] | None = None, measure: bool = False) -> dict[str, Any]:
+    """The learner's namespace after running the setup, given and answer cells (``sources`` replaces some answer
+    cells' code). The measurement (``measure_answer``, four full runs) only when ``measure``."""
+    ns: dict[str, Any] = {"__name__": "__ex02__"}
+    for gid, src, meta in cells():
+        if meta.get("grade") or not gid or (gid == "measure_answer" and not measure):
+            continue
+        code = (sources or {}).get(gid, src)
+        with contextlib.redirect_stdout(io.StringIO()):
+            exec(compile(code, f"<ex02 {gid}>", "exec"), ns)  # noqa: S102 - the course's own solution
+    return ns
+
+
+def run_hidden(ns: dict[str, Any], gid: str) -> str | None:
+    """None when the hidden block of test cell ``gid`` passes, else ``Name: message`` of its first failure."""
+    code = hidden_blocks()[gid]
+    try:
+        with contextlib.redirect_stdout(io.StringIO()):
+            exec(compile(code, f"<hidden {gid}>", "exec"), dict(ns))  # noqa: S102 - the course's own checks
+    except Exception as err:  # noqa: BLE001 - the failure is the observation
+        return f"{type(err).__name__}: {err}"
+    return None
+
+
+def first_failure(sources: dict[str, str], order: list[str] | None = None) -> tuple[str, str] | None:
+    """(grade_id, message) of the first hidden check that fails on the solution with ``sources`` swapped in,
+    trying the cells in ``order`` first (the ones nearest the change are cheapest to fail), or None."""
+    try:
+        ns = namespace(sources)
+    except Exception as err:  # noqa: BLE001 - a mutant that does not even define its names is caught
+        return ("definition", f"{type(err).__name__}: {err}")
+    gids = list(hidden_blocks())
+    gids = [g for g in (order or []) if g in gids] + [g for g in gids if g not in (order or [])]
+    for gid in gids:
+        if gid == "p4_table":
+            try:
+                ns = namespace(sources, measure=True)
+            except Exception as err:  # noqa: BLE001 - the learner's measurement crashed: p4 fails
+                return (gid, f"{type(err).__name__}: {err}")
+        failure = run_hidden(ns, gid)
+        if failure:
+            return gid, failure
+    return None
