@@ -59,12 +59,31 @@ def namespace(sources: dict[str, str] | None = None, measure: bool = False) -> d
     return ns
 
 
+class InProcessKernel:
+    """:class:`stage5.grading.ex02.LocalKernel` for the course's own code: the same probes, with the reference
+    switched off the shallow way (a mutant does not hide references to it, so the deep search of every referrer,
+    most of a probe's CPU time in a test process, buys nothing here)."""
+
+    def __init__(self, space: dict[str, Any]):
+        self.space = space
+
+    def drive(self, label: str, driver: str, names: list[str], spec: dict[str, Any], blocked: Any = None) -> Any:
+        from stage5.grading import SERVING_BLOCKED, GradingError, _learner_failures, unavailable
+        from stage5.grading.ex02 import drive
+
+        missing = [n for n in names if n not in self.space]
+        if missing:
+            raise GradingError(f"{label}: {missing[0]} is not defined: run the cell that defines it")
+        with unavailable(*(blocked or SERVING_BLOCKED)), _learner_failures(label, label):
+            return drive(driver, label, [self.space[n] for n in names], dict(spec))
+
+
 def run_hidden(ns: dict[str, Any], gid: str) -> str | None:
     """None when the hidden block of test cell ``gid`` passes, else ``Name: message`` of its first failure."""
     code = hidden_blocks()[gid]
     try:
         with contextlib.redirect_stdout(io.StringIO()):
-            exec(compile(code, f"<hidden {gid}>", "exec"), dict(ns))  # noqa: S102 - the course's own checks
+            exec(compile(code, f"<hidden {gid}>", "exec"), {**ns, "_kernel": InProcessKernel(ns)})  # noqa: S102
     except Exception as err:  # noqa: BLE001 - the failure is the observation
         return f"{type(err).__name__}: {err}"
     return None
