@@ -108,3 +108,32 @@ def first_failure(sources: dict[str, str], order: list[str] | None = None) -> tu
         if failure:
             return gid, failure
     return None
+
+
+def graded_failures(sources: dict[str, str]) -> dict[str, str]:
+    """Each test cell that fails (its visible part or its hidden block) on the solution with ``sources`` swapped in,
+    with its message: what nbgrader would mark, for choosing a fixture's expectations."""
+    out: dict[str, str] = {}
+    ns: dict[str, Any] = {"__name__": "__ex02__"}
+    for gid, src, meta in cells():
+        code = (sources or {}).get(gid, src)
+        if meta.get("grade"):
+            match = HIDDEN.search(code)
+            visible = code[:match.start()] + code[match.end():] if match else code
+            try:
+                with contextlib.redirect_stdout(io.StringIO()):
+                    exec(compile(visible, f"<visible {gid}>", "exec"), ns)  # noqa: S102
+            except Exception as err:  # noqa: BLE001
+                out[gid] = f"visible {type(err).__name__}: {err}"
+                continue
+            if match:
+                failure = run_hidden(ns, gid)
+                if failure:
+                    out[gid] = failure
+        elif code.strip():
+            try:
+                with contextlib.redirect_stdout(io.StringIO()):
+                    exec(compile(code, f"<ex02 {gid}>", "exec"), ns)  # noqa: S102
+            except Exception as err:  # noqa: BLE001
+                out[f"cell {gid}"] = f"{type(err).__name__}: {err}"
+    return out

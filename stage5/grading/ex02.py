@@ -191,8 +191,18 @@ def _probe_serving(label: str, func: Any, cls: Any, workload: list[list[Any]], a
     cache = cls(num_blocks * block_size) if allocator == "contiguous" else cls(num_blocks, block_size)
     kwargs = {} if continuous is None else {"continuous": continuous}
     exercise_support.Meter.last = None
-    with _time_limit(label, SERVING_CPU_SECONDS):
-        result = func(model, requests, cache, max_batch=max_batch, **kwargs)
+    try:
+        with _time_limit(label, SERVING_CPU_SECONDS):
+            result = func(model, requests, cache, max_batch=max_batch, **kwargs)
+    except Exception as err:  # noqa: BLE001 - the learner's own exception: where it happened is the observation
+        meter = exercise_support.Meter.last
+        if isinstance(err, GradingError) or meter is None or type(err).__name__ in (
+                "UnavailableError", "NotImplementedError"):
+            raise
+        # the steps before the crash, so the grader can name the first rule the run broke
+        return {"crashed": f"{type(err).__name__}: {err}"[:300],
+                "trace": [[kind, [int(i) for i in ids]] for kind, ids in meter.trace],
+                "lengths": [list(x) for x in meter.lengths]}
     meter = exercise_support.Meter.last
     outputs = getattr(result, "outputs", None)
     if not isinstance(outputs, Mapping) or meter is None:
@@ -483,6 +493,38 @@ def _schedule_hint(got: Mapping[str, Any], ref: Any, requests: list[Any], t: int
     return "the schedule differs from the reference's"
 
 
+#: The rule a learner's own exception most likely means, by a phrase of its message (the solution's own wording,
+#: and the allocator's); the step and the first rule the run broke before it come first.
+CRASH_RULES: tuple[tuple[str, str], ...] = (
+    ("no free block", "grow() or admit() took a block the pool did not have: call grow(seq) only when "
+                      "can_grow(seq) is true (else preempt the newest running sequence first), and admit only what "
+                      "can_admit(head, len(running)) allows"),
+    ("already free", "a block was freed twice: a sequence gives its memory back once, when it finishes or is "
+                     "preempted (release() leaves its table empty)"),
+    ("nothing running", "your loop found nothing running and nothing admissible while the reference still had work: "
+                        "check that finished and preempted sequences give their memory back and that victims go back "
+                        "to the waiting queue"),
+)
+
+
+def _crash_hint(got: Mapping[str, Any], ref: Any, requests: list[Any], block_size: int, allocator: str) -> str:
+    """The learner's loop raised: name the first step whose schedule already broke a rule, else the step where it
+    raised and the rule its exception most likely means."""
+    crash = got["crashed"]
+    gtrace = [(k, list(ids)) for k, ids in got["trace"]]
+    rtrace = [(k, list(ids)) for k, ids in ref.trace]
+    ref_lengths = _reference_lengths(ref, requests)
+    diff = next((t for t in range(len(gtrace))
+                 if t >= len(rtrace) or gtrace[t] != rtrace[t] or got["lengths"][t] != ref_lengths[t]), None)
+    if diff is not None:
+        return f"{_schedule_hint(got, ref, requests, diff, block_size, allocator)} (your loop then raised {crash})"
+    rule = next((text for phrase, text in CRASH_RULES if phrase in crash.lower()), None)
+    where = f"in step {len(gtrace) + 1}, after {len(gtrace)} steps that follow the rules"
+    if rule is None:
+        return f"your loop raised {crash} {where}"
+    return f"your loop raised {crash} {where}: {rule}"
+
+
 def check_serving(label: str, kernel: Any, function: str, cache: str, workload: list[list[Any]], allocator: str,
                   num_blocks: int, block_size: int, max_batch: int, continuous: bool | None) -> dict[str, Any]:
     """Run the learner's loop ``function`` with their ``cache`` class on a hidden workload, in their kernel, and
@@ -494,6 +536,8 @@ def check_serving(label: str, kernel: Any, function: str, cache: str, workload: 
     scheduler = "static" if not continuous else "continuous"
     ref = reference_trace(workload, allocator, scheduler, num_blocks, block_size, max_batch)
     requests = requests_of(workload)
+    if "crashed" in got:
+        raise GradingError(f"{label}: {_crash_hint(got, ref, requests, block_size, allocator)}")
     for r in requests:
         tokens = got["outputs"].get(str(r.id))
         if tokens is None:
@@ -570,14 +614,22 @@ def check_results(label: str, results: Any, workload: list[list[Any]], num_block
             got = results.get((cache, scheduler))
             ref = reference_trace(workload, cache, scheduler, num_blocks, block_size, max_batch)
             trace = getattr(got, "trace", None)
+            if got is None:
+                raise GradingError(f"{label}: results has no ({cache!r}, {scheduler!r}) entry: if the measurement cell "
+                                   "stopped with an error, that error is the cause (fix it and run the cell again); "
+                                   "else store each build's RunResult under its (cache, scheduler) key")
             if trace is None:
                 raise GradingError(f"{label}: results[({cache!r}, {scheduler!r})] should be the RunResult of serve()")
             if [(k, list(ids)) for k, ids in trace] != [(k, list(ids)) for k, ids in ref.trace]:
                 more = len(trace) > len(ref.trace)
+                build = (f"ContiguousCache(NUM_BLOCKS * BLOCK_SIZE) = ContiguousCache({num_blocks * block_size})"
+                         if cache == "contiguous" else
+                         f"PagedCache(NUM_BLOCKS, BLOCK_SIZE) = PagedCache({num_blocks}, {block_size}) (blocks of "
+                         f"{block_size} slots)")
                 raise GradingError(f"{label}: your {cache}/{scheduler} run does not follow that build's schedule (it "
-                                   f"took {'more' if more else 'fewer or as many'} steps than it should): serve it "
-                                   f"with {'ContiguousCache' if cache == 'contiguous' else 'PagedCache'} and "
-                                   f"continuous={scheduler == 'continuous'}")
+                                   f"took {'more' if more else 'fewer or as many'} steps than it should): serve "
+                                   f"WORKLOAD with {build}, continuous={scheduler == 'continuous'} and "
+                                   f"max_batch=MAX_BATCH = {max_batch}")
 
 
 # --- attention through the block table
