@@ -49,6 +49,9 @@ EXPECTED = {
                      ["count every layer (multiply by num_layers)", "multiply by the number of layers"], []),
     "weight_bytes": (20, set(), [], []),  # config.weight_bytes() is allowed: the notebook bans only stage5.cost
     "whole_float": (20, set(), [], []),  # 39.0 is a whole number
+    # the visible check fails A1 given in seconds and says so; A4 for one GPU is told it is one GPU's share
+    "seconds": (18, {"a1_floor"}, ["is it in seconds (A1 asks for milliseconds)"], []),
+    "per_gpu": (16, {"a4_budget", "a5_concurrency"}, ["one GPU's share (per GPU)"], []),
     "loop": (19, {"a2_ridge"}, ["used more than 10 s of CPU time"], ["timed out"]),
     "crash": (18, {"a1_floor"}, ["numpy_financial"], []),
     "bigoutput": (20, set(), ["output truncated"], ["output truncated"]),
