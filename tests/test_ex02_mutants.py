@@ -79,7 +79,8 @@ def _hidden_serving_runs() -> list[tuple[Any, ...]]:
 
     runs: list[tuple[Any, ...]] = []
 
-    def record(label, kernel, function, cache, workload, allocator, num_blocks, block_size, max_batch, continuous):
+    def record(label, kernel, function, cache, workload, allocator, num_blocks, block_size, max_batch, continuous,
+               stuck=False):
         runs.append((function, cache, workload, allocator, num_blocks, block_size, max_batch, continuous))
         return {"trace": []}
 
