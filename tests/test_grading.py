@@ -30,7 +30,7 @@ EXPECTED = {
                   "a7_intensity_kv", "b1_kv_function", "b2_floor_function", "b3_concurrency_function"},
               ["not defined", "NotImplementedError"], []),
     "heads": (8, {"a3_kv", "a5_concurrency", "a7_intensity_kv", "b1_kv_function", "b3_concurrency_function"},
-              ["about 8x too large: did you use query heads", "about 7x too large", "query heads"], []),
+              ["too large: did you use query heads", "query heads"], []),
     "nofactor2": (8, {"a3_kv", "a5_concurrency", "a7_intensity_kv", "b1_kv_function", "b3_concurrency_function"},
                   ["forget the factor 2 for keys and values"], []),
     # A5 is checked exactly, so the budget's unit slip carries into it (and is named there too)
@@ -49,6 +49,9 @@ EXPECTED = {
                      ["count every layer (multiply by num_layers)", "multiply by the number of layers"], []),
     "weight_bytes": (20, set(), [], []),  # config.weight_bytes() is allowed: the notebook bans only stage5.cost
     "whole_float": (20, set(), [], []),  # 39.0 is a whole number
+    # the visible check fails A1 given in seconds and says so; A4 for one GPU is told it is one GPU's share
+    "seconds": (18, {"a1_floor"}, ["is it in seconds (A1 asks for milliseconds)"], []),
+    "per_gpu": (16, {"a4_budget", "a5_concurrency"}, ["one GPU's share (per GPU)"], []),
     "loop": (19, {"a2_ridge"}, ["used more than 10 s of CPU time"], ["timed out"]),
     "crash": (18, {"a1_floor"}, ["numpy_financial"], []),
     "bigoutput": (20, set(), ["output truncated"], ["output truncated"]),

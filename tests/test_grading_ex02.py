@@ -24,7 +24,7 @@ ALL = {"p1_contiguous_cache", "p1_static_loop", "p2_block_allocator", "p2_block_
        "p3_continuous", "p3_preemption", "p4_table", "p4_lever"}
 PAGED = {"p2_block_tables", "p2_paged_static", "p3_continuous", "p3_preemption"}
 ATTENTION = {"p1_attention", "p1_static_loop", "p2_paged_static", "p3_continuous", "p3_preemption"}
-TIGHT = "P3 preemption under a tight pool (6 blocks of 8): "
+VISIBLE = "your schedule: "
 
 # student: (score, failed checks, words the feedback must contain)
 EXPECTED = {
@@ -37,11 +37,12 @@ EXPECTED = {
     "reserves_max": (8, PAGED | {"p4_table"}, ["reserves the whole max_tokens cap"]),
     "waits_for_batch": (11, {"p3_continuous", "p3_preemption", "p4_table"}, ["still waits for the batch to finish"]),
     "delegates": (9, PAGED, ["PagedAllocator.can_admit, which computes this answer for you"]),
-    "preempt_oldest": (14, {"p3_preemption"}, [TIGHT + "step 17: you preempted an older sequence than the rule says"]),
-    "victim_at_back": (14, {"p3_preemption"}, [TIGHT + "step 17: a newer request was admitted while a preempted "
+    # the visible schedule check (check_schedule) names the step and the rule before the hidden runs do
+    "preempt_oldest": (14, {"p3_preemption"}, [VISIBLE + "step 7: you preempted an older sequence than the rule says"]),
+    "victim_at_back": (14, {"p3_preemption"}, [VISIBLE + "step 17: a newer request was admitted while a preempted "
                                                "sequence was still waiting"]),
     "restart_from_scratch": (14, {"p3_preemption"}, ["it is not restarted from scratch"]),
-    "grow_while_free": (14, {"p3_preemption"}, [TIGHT + "step 12: you preempted where the reference had room"]),
+    "grow_while_free": (14, {"p3_preemption"}, [VISIBLE + "step 6: you preempted where the reference had room"]),
     "admit_one_per_step": (11, {"p3_continuous", "p3_preemption", "p4_table"},
                            ["step 1: you admitted one waiting request where more fit"]),
     # the Meter itself refuses a batch whose tokens are not all stored, so the 2 x 2 stops too
@@ -49,9 +50,19 @@ EXPECTED = {
     "memory_8x": (8, PAGED | {"p4_table"},
                   ["holds exactly num_blocks blocks of block_size slots", "more than the pool it was given"]),
     # every loop runs through the learner's own attention, so a wrong one fails each serving check
-    "attention_not_causal": (7, ATTENTION, ["check the causal mask"]),
-    "attention_head_mapping": (7, ATTENTION,
-                               ["the head mapping h // (heads // kv_heads)"]),
+    "attention_not_causal": (7, ATTENTION, ["sees only positions 0 .. p of its sequence"]),
+    "attention_head_mapping": (7, ATTENTION, ["consecutive query heads share one key-value head"]),
+    # each attention slip named by the visible check_attention, by the rule it breaks
+    "attention_mask_off_by_one": (7, ATTENTION, ["the causal mask is off by one"]),
+    "attention_head_dim": (7, ATTENTION, ["the scores are divided by head_dim"]),
+    "attention_float32": (14, {"p1_attention"}, ["compute in the dtype of q"]),
+    "attention_across_sequences": (7, ATTENTION, ["tokens attend across sequences"]),
+    # the learner's own exception, with the step and the rule it most likely means
+    "grows_without_room": (14, {"p3_preemption"}, ["in step 7, after 6 steps that follow the rules",
+                                                   "call grow(seq) only when can_grow(seq) is true"]),
+    # a crash in the measurement cell is named as the cause; a 2 x 2 with blocks of 16 is told the block size
+    "measure_crash": (15, {"p4_table"}, ["if the measurement cell above stopped with an error, that error is the cause"]),
+    "block_size_16": (15, {"p4_table"}, ["PagedCache(96, 8) (blocks of 8 slots)"]),
     "mutates_while_iterating": (11, {"p3_continuous", "p3_preemption", "p4_table"}, ["has no new token to feed"]),
     "static_mutates_while_iterating": (13, {"p1_static_loop", "p2_paged_static"},
                                        ["has no new token to feed", "removes from a list while iterating"]),

@@ -43,6 +43,7 @@ EXPECTED = {
                             ["each read only half of the weights", "each BF16 parameter is 2 bytes"]),
     ("clearing", "speculative_first"): (15, {"q9_lever"}, ["best_lever is wrong"]),
     ("clearing", "roundup"): (15, {"q2_concurrency"}, ["one too many: round down"]),
+    ("clearing", "one_gpu"): (15, {"q2_concurrency"}, ["one GPU holds (per GPU)"]),
     ("clearing", "reserve_once"): (15, {"q2_concurrency"}, ["64 GiB on eight, not 8 GiB once"]),
     ("clearing", "flops_floor"): (15, {"q3_floor"}, ["the arithmetic time (FLOPs / FLOP/s)"]),
     ("clearing", "flops_once"): (14, {"q4_intensity", "q5_ceiling"},

@@ -36,6 +36,7 @@ from .ex02 import (
     check_continuous,
     check_results,
     check_serving,
+    check_stuck,
     kernel_of,
     reference_trace,
 )
@@ -56,6 +57,6 @@ __all__ = [
     "DIAGNOSIS_BLOCKED", "DIAGNOSIS_FIELDS", "FUNCTION_GAIN_FACTOR", "GAIN_FACTOR", "GB_PER_GiB", "SERVING_BLOCKED",
     "SERVING_CPU_SECONDS", "UNIT_MISCONCEPTIONS", "GradingError", "UnavailableError", "_learner_failures",
     "call_diagnose", "call_learner", "check_allocator", "check_attention", "check_block_tables", "check_close", "check_contiguous",
-    "check_continuous", "check_diagnosis", "check_format", "check_results", "check_serving", "describe_deployment", "diagnose",
+    "check_continuous", "check_diagnosis", "check_format", "check_results", "check_serving", "check_stuck", "describe_deployment", "diagnose",
     "kernel_of", "kv_misconceptions", "label", "reference_diagnosis", "reference_trace", "unavailable",
 ]

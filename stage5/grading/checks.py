@@ -9,14 +9,16 @@ from typing import Any
 GB_PER_GiB = 2**30 / 10**9  # 1.0737...: a GiB is about 7% larger than a GB
 
 #: Ratios (learner / expected) worth naming in any numeric check about bytes or time.
+#: Each names the slip and the direction, not the factor: a learner told "8x too large" can divide by 8 without
+#: finding the mistake.
 UNIT_MISCONCEPTIONS: dict[float, str] = {
-    GB_PER_GiB: "about 7% too large: did you mix decimal GB (1e9 bytes) and binary GiB (2**30 bytes)?",
-    1 / GB_PER_GiB: "about 7% too small: did you mix decimal GB (1e9 bytes) and binary GiB (2**30 bytes)?",
-    1e3: "1000x too large: check the unit asked for (ms vs s, or kB vs bytes)",
-    1e-3: "1000x too small: check the unit asked for (ms vs s, or kB vs bytes)",
-    1e6: "a million times too large: check the unit asked for",
-    1e-6: "a million times too small: check the unit asked for",
-    8.0: "8x too large: did you count bits instead of bytes?",
+    GB_PER_GiB: "slightly too large: did you mix decimal GB (1e9 bytes) and binary GiB (2**30 bytes)?",
+    1 / GB_PER_GiB: "slightly too small: did you mix decimal GB (1e9 bytes) and binary GiB (2**30 bytes)?",
+    1e3: "too large by a unit prefix: is it in the unit asked for (ms where s is asked, or bytes where kB)?",
+    1e-3: "too small by a unit prefix: is it in the unit asked for (s where ms is asked, or kB where bytes)?",
+    1e6: "too large by two unit prefixes: is it in the unit asked for (bytes where MB is asked, or us where s)?",
+    1e-6: "too small by two unit prefixes: is it in the unit asked for (MB where bytes is asked, or s where us)?",
+    8.0: "too large: did you count bits instead of bytes?",
 }
 
 
@@ -76,10 +78,11 @@ def diagnose(got: float, expected: float, rel_tol: float = 0.02,
         return "has the wrong sign" if ratio < 0 else "is zero"
     direction = "too large" if ratio > 1 else "too small"
     size = abs(math.log10(ratio))
+    # the factor itself is not named: it would let a learner scale the answer without finding the slip
     if size >= 1:
-        return f"{direction} by roughly {10 ** round(size):,}x: check units and which quantities you used"
+        return f"{direction}, by far: re-derive the units of each quantity and check which quantities you used"
     if size >= math.log10(1.5):
-        return f"{direction} by a large factor (under 10x): re-check the formula"
+        return f"{direction}: re-derive the formula, term by term (which quantities, counted how many times)"
     off = f" (off by more than {rel_tol:.1%})" if rel_tol >= 0.001 else ""
     return f"{direction}{off}: re-check the inputs and unit conversions"
 
@@ -122,12 +125,11 @@ def kv_misconceptions(config: Any) -> dict[float, str]:
     instead of key-value heads, the missing factor 2 for K and V, FP32 bytes, hidden_size/num_heads in place
     of head_dim, a forgotten layer count."""
     hints: dict[float, str] = {}
-    _add(hints, 0.5, "half the right size: did you forget the factor 2 for keys and values?")
-    _add(hints, 2.0, "twice the right size: did you count 4 bytes per element (FP32) instead of the stated width?")
+    _add(hints, 0.5, "too small: did you forget the factor 2 for keys and values?")
+    _add(hints, 2.0, "too large: did you count 4 bytes per element (FP32) instead of the stated width?")
     if config.num_heads != config.num_kv_heads:
         g = config.num_heads / config.num_kv_heads
-        _add(hints, g, f"about {g:g}x too large: did you use query heads (num_heads) instead of key-value heads "
-                       "(num_kv_heads)?")
+        _add(hints, g, "too large: did you use query heads (num_heads) instead of key-value heads (num_kv_heads)?")
     per_head = config.hidden_size / config.num_heads
     if not math.isclose(per_head, config.head_dim):
         _add(hints, per_head / config.head_dim,

@@ -105,8 +105,18 @@ def _probe_contiguous(label: str, cls: Any) -> dict[str, Any]:
     starts = [seq.start for seq in seqs]
     cache.release(seqs[1])
     cache.release(seqs[3])
-    return {"starts": starts, "free": cache.num_free_slots, "fit11": cache.find_space(11),
-            "fit10": cache.find_space(10), "slots": _ints(label, cache.slots(seqs[2], torch.tensor([0, 9])))}
+    obs = {"starts": starts, "free": cache.num_free_slots, "fit11": cache.find_space(11),
+           "fit10": cache.find_space(10), "slots": _ints(label, cache.slots(seqs[2], torch.tensor([0, 9])))}
+    # gaps of 15 slots (0..14) and 10 slots (25..34): first fit puts a 10-slot run at 0, best fit at 25
+    cache = cls(50)
+    seqs = [Sequence(Request(10 + i, (1, 2, 3), n - 3)) for i, n in enumerate((15, 10, 10, 15))]
+    for seq in seqs:
+        cache.admit(seq)
+    cache.release(seqs[0])
+    cache.release(seqs[2])
+    late = Sequence(Request(20, (1, 2), 8))
+    obs["first_fit"] = [cache.find_space(10), _outcome(lambda: cache.admit(late)), late.start]
+    return obs
 
 
 def _outcome(call: Callable[[], Any]) -> str:
@@ -124,6 +134,8 @@ def _probe_allocator(label: str, cls: Any) -> dict[str, Any]:
     obs: dict[str, Any] = {"got": got, "free_after_5": alloc.num_free, "empty": _outcome(alloc.allocate)}
     if sorted(got) != list(range(5)):
         return obs
+    obs["share_free"] = _outcome(lambda: (alloc.free(got[4]), alloc.share(got[4])))
+    obs["after_share_free"] = alloc.num_free
     alloc.share(got[2])
     alloc.share(got[2])
     alloc.free(got[2])
@@ -171,8 +183,14 @@ def _probe_tables(label: str, cls: Any, num_blocks: int, block_size: int) -> dic
 
 
 def _probe_serving(label: str, func: Any, cls: Any, workload: list[list[Any]], allocator: str, num_blocks: int,
-                   block_size: int, max_batch: int, continuous: bool | None, model_seed: int = 0) -> dict[str, Any]:
-    """One run of the learner's loop on a hidden workload, as plain data."""
+                   block_size: int, max_batch: int, continuous: bool | None, model_seed: int = 0,
+                   stuck: bool = False) -> dict[str, Any]:
+    """One run of the learner's loop on a hidden workload, as plain data (and, with ``stuck``, what the loop does
+    with a request its pool can never hold: :func:`_probe_stuck`)."""
+    if stuck:
+        return {**_probe_serving(label, func, cls, workload, allocator, num_blocks, block_size, max_batch,
+                                 continuous, model_seed),
+                "stuck": _probe_stuck(label, func, cls, allocator, continuous)}
     from stage5 import exercise_support
 
     model = exercise_support.tiny_model(model_seed)
@@ -180,8 +198,18 @@ def _probe_serving(label: str, func: Any, cls: Any, workload: list[list[Any]], a
     cache = cls(num_blocks * block_size) if allocator == "contiguous" else cls(num_blocks, block_size)
     kwargs = {} if continuous is None else {"continuous": continuous}
     exercise_support.Meter.last = None
-    with _time_limit(label, SERVING_CPU_SECONDS):
-        result = func(model, requests, cache, max_batch=max_batch, **kwargs)
+    try:
+        with _time_limit(label, SERVING_CPU_SECONDS):
+            result = func(model, requests, cache, max_batch=max_batch, **kwargs)
+    except Exception as err:  # noqa: BLE001 - the learner's own exception: where it happened is the observation
+        meter = exercise_support.Meter.last
+        if isinstance(err, GradingError) or meter is None or type(err).__name__ in (
+                "UnavailableError", "NotImplementedError"):
+            raise
+        # the steps before the crash, so the grader can name the first rule the run broke
+        return {"crashed": f"{type(err).__name__}: {err}"[:300],
+                "trace": [[kind, [int(i) for i in ids]] for kind, ids in meter.trace],
+                "lengths": [list(x) for x in meter.lengths]}
     meter = exercise_support.Meter.last
     outputs = getattr(result, "outputs", None)
     if not isinstance(outputs, Mapping) or meter is None:
@@ -193,8 +221,35 @@ def _probe_serving(label: str, func: Any, cls: Any, workload: list[list[Any]], a
             "num_slots": int(getattr(cache, "num_slots", num_blocks * block_size))}
 
 
+#: CPU seconds a loop may spin on a request that can never be admitted before it counts as stuck.
+STUCK_CPU_SECONDS = 2.0
+
+
+def _probe_stuck(label: str, func: Any, cls: Any, allocator: str, continuous: bool | None) -> str:
+    """The learner's loop given a request its pool can never hold (after one it can): the name of the exception it
+    raised, 'ok' if it returned, 'spins' if it was still going after STUCK_CPU_SECONDS of CPU time."""
+    from stage5 import exercise_support
+    from stage5.engine.sequence import Request
+
+    model = exercise_support.tiny_model(0)
+    # 4 blocks of 4 slots (16): request 1's prompt alone needs 5 blocks, 20 slots
+    cache = cls(16) if allocator == "contiguous" else cls(4, 4)
+    requests = [Request(0, (1, 2, 3), 2, 2), Request(1, tuple(range(1, 21)), 2, 2)]
+    kwargs = {} if continuous is None else {"continuous": continuous}
+    try:
+        with _time_limit(label, STUCK_CPU_SECONDS):
+            func(model, requests, cache, max_batch=4, **kwargs)
+    except GradingError:
+        return "spins"
+    except Exception as err:  # noqa: BLE001 - the exception's type is the observation
+        if type(err).__name__ in ("UnavailableError", "NotImplementedError"):
+            raise  # the reference was borrowed, or nothing is written yet: reported as such
+        return type(err).__name__
+    return "ok"
+
+
 DRIVERS: dict[str, Callable[..., Any]] = {"contiguous": _probe_contiguous, "allocator": _probe_allocator,
-                                          "tables": _probe_tables, "serving": _probe_serving}
+                                          "tables": _probe_tables, "serving": _probe_serving, "stuck": _probe_stuck}
 
 
 def drive(driver: str, label: str, objects: list[Any], spec: Mapping[str, Any]) -> Any:
@@ -239,6 +294,9 @@ def check_contiguous(label: str, kernel: Any) -> None:
         raise GradingError(f"{label}: find_space must return the lowest gap that is long enough")
     if obs["slots"] != [20, 29]:
         raise GradingError(f"{label}: slots() must add the position to the run's first slot")
+    if obs["first_fit"] != [0, "ok", 0]:
+        raise GradingError(f"{label}: with a 15-slot gap at slot 0 and a 10-slot gap further on, a 10-slot run goes "
+                           "at 0: first fit takes the lowest gap that is long enough, not the tightest (best fit)")
 
 
 def check_allocator(label: str, kernel: Any) -> None:
@@ -248,14 +306,25 @@ def check_allocator(label: str, kernel: Any) -> None:
     if obs["empty"] != "RuntimeError":
         raise GradingError(f"{label}: allocate() on an empty free list should raise RuntimeError, "
                            + ("but it returned" if obs["empty"] == "ok" else f"not {obs['empty']}"))
-    if obs["shared"] != [0, 1]:
-        raise GradingError(f"{label}: a block with three owners must stay in use until the third free()")
-    if obs["freed"] != [3, [0, 0, 0]]:
-        raise GradingError(f"{label}: a freed block must return to the free list with a count of 0")
+    if obs["share_free"] != "ValueError" or obs["after_share_free"] != 1:
+        raise GradingError(f"{label}: share() of a block that is free (count 0) should raise ValueError and leave the "
+                           "block on the free list: only a block in use can gain an owner"
+                           + ("" if obs["share_free"] in ("ok", "ValueError") else f" (it raised {obs['share_free']})"))
+    if obs["shared"][0] != 1:
+        raise GradingError(f"{label}: a block with three owners (allocate, then share twice) must stay in use until "
+                           "the third free(): after two of them it is still off the free list")
+    if obs["shared"][1] != 1:
+        raise GradingError(f"{label}: the block stays in use as it should, but ref_count[block] should count its "
+                           "owners: 1 after allocate(), one more per share(), one fewer per free() (here 1 owner "
+                           "is left)")
+    if obs["freed"][0] != 4:
+        raise GradingError(f"{label}: a block whose last owner frees it must go back on the free list")
+    if obs["freed"][1] != [0, 0, 0]:
+        raise GradingError(f"{label}: a free block has a count of 0 (ref_count counts its owners)")
     if obs["double_free"] != "ValueError":
         raise GradingError(f"{label}: freeing a block that is already free should raise ValueError (a double free)"
                            + ("" if obs["double_free"] == "ok" else f", not {obs['double_free']}"))
-    if obs["free_at_end"] != 3:
+    if obs["free_at_end"] != 4:
         raise GradingError(f"{label}: a double free must not put a block on the free list twice")
 
 
@@ -431,17 +500,52 @@ def _schedule_hint(got: Mapping[str, Any], ref: Any, requests: list[Any], t: int
     return "the schedule differs from the reference's"
 
 
+#: The rule a learner's own exception most likely means, by a phrase of its message (the solution's own wording,
+#: and the allocator's); the step and the first rule the run broke before it come first.
+CRASH_RULES: tuple[tuple[str, str], ...] = (
+    ("no free block", "grow() or admit() took a block the pool did not have: call grow(seq) only when "
+                      "can_grow(seq) is true (else preempt the newest running sequence first), and admit only what "
+                      "can_admit(head, len(running)) allows"),
+    ("already free", "a block was freed twice: a sequence gives its memory back once, when it finishes or is "
+                     "preempted (release() leaves its table empty)"),
+    ("nothing running", "your loop found nothing running and nothing admissible while the reference still had work: "
+                        "check that finished and preempted sequences give their memory back and that victims go back "
+                        "to the waiting queue"),
+)
+
+
+def _crash_hint(got: Mapping[str, Any], ref: Any, requests: list[Any], block_size: int, allocator: str) -> str:
+    """The learner's loop raised: name the first step whose schedule already broke a rule, else the step where it
+    raised and the rule its exception most likely means."""
+    crash = got["crashed"]
+    gtrace = [(k, list(ids)) for k, ids in got["trace"]]
+    rtrace = [(k, list(ids)) for k, ids in ref.trace]
+    ref_lengths = _reference_lengths(ref, requests)
+    diff = next((t for t in range(len(gtrace))
+                 if t >= len(rtrace) or gtrace[t] != rtrace[t] or got["lengths"][t] != ref_lengths[t]), None)
+    if diff is not None:
+        return f"{_schedule_hint(got, ref, requests, diff, block_size, allocator)} (your loop then raised {crash})"
+    rule = next((text for phrase, text in CRASH_RULES if phrase in crash.lower()), None)
+    where = f"in step {len(gtrace) + 1}, after {len(gtrace)} steps that follow the rules"
+    if rule is None:
+        return f"your loop raised {crash} {where}"
+    return f"your loop raised {crash} {where}: {rule}"
+
+
 def check_serving(label: str, kernel: Any, function: str, cache: str, workload: list[list[Any]], allocator: str,
-                  num_blocks: int, block_size: int, max_batch: int, continuous: bool | None) -> dict[str, Any]:
+                  num_blocks: int, block_size: int, max_batch: int, continuous: bool | None,
+                  stuck: bool = False) -> dict[str, Any]:
     """Run the learner's loop ``function`` with their ``cache`` class on a hidden workload, in their kernel, and
     compare the run with the reference engine's exactly: tokens, pool left empty, who ran in every step, every
     sequence's length, preemptions and K/V utilisation. Returns the learner's observations."""
     spec = {"workload": workload, "allocator": allocator, "num_blocks": num_blocks, "block_size": block_size,
-            "max_batch": max_batch, "continuous": continuous}
+            "max_batch": max_batch, "continuous": continuous, "stuck": stuck}
     got = kernel.drive(label, "serving", [function, cache], spec)
     scheduler = "static" if not continuous else "continuous"
     ref = reference_trace(workload, allocator, scheduler, num_blocks, block_size, max_batch)
     requests = requests_of(workload)
+    if "crashed" in got:
+        raise GradingError(f"{label}: {_crash_hint(got, ref, requests, block_size, allocator)}")
     for r in requests:
         tokens = got["outputs"].get(str(r.id))
         if tokens is None:
@@ -480,7 +584,28 @@ def check_serving(label: str, kernel: Any, function: str, cache: str, workload: 
                            f"{'higher' if got['kv_utilization'] > ref.kv_utilization else 'lower'}: call meter.step "
                            "after forward_step (it reads num_cached), and let reserved() count what the cache holds "
                            "for the sequence")
+    if stuck:
+        _stuck_verdict(label, got.get("stuck"))
     return got
+
+
+def check_stuck(label: str, kernel: Any, function: str, cache: str, allocator: str,
+                continuous: bool | None = None) -> None:
+    """Nothing running and nothing admissible is an error: the loop ``function`` given a request its pool can never
+    hold must raise RuntimeError, not spin, return or fail some other way. (``check_serving(..., stuck=True)``
+    checks the same in the drive of a serving run.)"""
+    spec = {"allocator": allocator, "continuous": continuous}
+    _stuck_verdict(label, kernel.drive(label, "stuck", [function, cache], spec))
+
+
+def _stuck_verdict(label: str, got: Any) -> None:
+    if got == "RuntimeError":
+        return
+    what = {"spins": f"was still looping after {STUCK_CPU_SECONDS:g} s of CPU time",
+            "ok": "returned"}.get(got, f"raised {got}")
+    raise GradingError(f"{label}: given a request whose prompt alone needs more memory than the whole pool, your loop "
+                       f"{what}: when nothing is running and the head of the queue cannot be admitted, raise "
+                       "RuntimeError (the rule \"nothing running and nothing admissible is an error\")")
 
 
 def check_continuous(label: str, got: Mapping[str, Any]) -> None:
@@ -503,14 +628,22 @@ def check_results(label: str, results: Any, workload: list[list[Any]], num_block
             got = results.get((cache, scheduler))
             ref = reference_trace(workload, cache, scheduler, num_blocks, block_size, max_batch)
             trace = getattr(got, "trace", None)
+            if got is None:
+                raise GradingError(f"{label}: results has no ({cache!r}, {scheduler!r}) entry: if the measurement cell "
+                                   "stopped with an error, that error is the cause (fix it and run the cell again); "
+                                   "else store each build's RunResult under its (cache, scheduler) key")
             if trace is None:
                 raise GradingError(f"{label}: results[({cache!r}, {scheduler!r})] should be the RunResult of serve()")
             if [(k, list(ids)) for k, ids in trace] != [(k, list(ids)) for k, ids in ref.trace]:
                 more = len(trace) > len(ref.trace)
+                build = (f"ContiguousCache(NUM_BLOCKS * BLOCK_SIZE) = ContiguousCache({num_blocks * block_size})"
+                         if cache == "contiguous" else
+                         f"PagedCache(NUM_BLOCKS, BLOCK_SIZE) = PagedCache({num_blocks}, {block_size}) (blocks of "
+                         f"{block_size} slots)")
                 raise GradingError(f"{label}: your {cache}/{scheduler} run does not follow that build's schedule (it "
-                                   f"took {'more' if more else 'fewer or as many'} steps than it should): serve it "
-                                   f"with {'ContiguousCache' if cache == 'contiguous' else 'PagedCache'} and "
-                                   f"continuous={scheduler == 'continuous'}")
+                                   f"took {'more' if more else 'fewer or as many'} steps than it should): serve "
+                                   f"WORKLOAD with {build}, continuous={scheduler == 'continuous'} and "
+                                   f"max_batch=MAX_BATCH = {max_batch}")
 
 
 # --- attention through the block table
@@ -518,112 +651,276 @@ def check_results(label: str, results: Any, workload: list[list[Any]], num_block
 ATTENTION_BLOCKED: tuple[str, ...] = SERVING_BLOCKED + tuple(
     f"stage5.engine.kv.KVPool.{m}" for m in ("plan", "attend", "_group"))
 
+#: The hidden attention steps: shapes where every plausible wrong head mapping gives another answer (6 query heads
+#: over 3 or 2 key-value heads, 12 over 3: ``h // kv_heads`` and ``h % kv_heads`` both differ from
+#: ``h // (heads // kv_heads)``), several step shapes (sequences of (cached, new) tokens), slots scattered at random
+#: or laid out in blocks of several sizes, float64 and float32.
+ATTENTION_CASES: tuple[dict[str, Any], ...] = (
+    {"seed": 1, "heads": 6, "kv_heads": 3, "head_dim": 8, "block_size": 0, "dtype": "float64",
+     "steps": [[0, 9], [12, 1], [5, 3], [1, 1]]},
+    {"seed": 2, "heads": 6, "kv_heads": 2, "head_dim": 4, "block_size": 2, "dtype": "float64",
+     "steps": [[2, 1], [0, 3], [9, 1]]},
+    {"seed": 3, "heads": 12, "kv_heads": 3, "head_dim": 8, "block_size": 16, "dtype": "float32",
+     "steps": [[0, 17], [20, 1], [3, 4]]},
+)
 
-def _attention_case(seed: int) -> tuple[Any, ...]:
-    """A step mixing a scattered prefill, a decode over cached tokens and a short prefill after cached ones:
-    (cached slots and their K/V, new slots, context slots, q, k, v), all from ``seed``."""
+
+def _attention_config(case: Mapping[str, Any]) -> Any:
+    from stage5.models import ModelConfig
+
+    return ModelConfig(name="attention-probe", vocab_size=16, hidden_size=case["heads"] * case["head_dim"],
+                       num_layers=2, num_heads=case["heads"], num_kv_heads=case["kv_heads"],
+                       head_dim=case["head_dim"], intermediate_size=8)
+
+
+def _attention_case(case: Mapping[str, Any]) -> tuple[Any, ...]:
+    """One step of ``case``: (pool size, cached slots and their K/V, new slots, context slots, q, k, v). Each
+    sequence's slots are scattered over the pool at random, or come from the blocks of a random block table."""
     import torch
 
-    from stage5.exercise_support import TINY
-
-    g = torch.Generator().manual_seed(seed)
-    perm = torch.randperm(40, generator=g)
-    cached = [perm[0:0], perm[5:12], perm[13:16]]  # sequence 0 has nothing cached yet
-    new = [perm[30:35], perm[12:13], perm[35:37]]
-    context = [torch.cat([c, n]) for c, n in zip(cached, new, strict=True)]
-    n = sum(len(x) for x in new)
+    g = torch.Generator().manual_seed(int(case["seed"]))
+    dtype = getattr(torch, case["dtype"])
+    bs = int(case["block_size"])
+    lengths = [c + n for c, n in case["steps"]]
+    if bs:
+        blocks = [-(-n // bs) for n in lengths]
+        num_slots = (sum(blocks) + 3) * bs
+        order = torch.randperm(num_slots // bs, generator=g).tolist()
+        slots, used = [], 0
+        for n, b in zip(lengths, blocks, strict=True):
+            table = order[used:used + b]
+            used += b
+            slots.append(torch.tensor([table[p // bs] * bs + p % bs for p in range(n)], dtype=torch.long))
+    else:
+        num_slots = sum(lengths) + 7
+        perm = torch.randperm(num_slots, generator=g)
+        starts = [sum(lengths[:i]) for i in range(len(lengths))]
+        slots = [perm[s:s + n] for s, n in zip(starts, lengths, strict=True)]
+    cached = [s[:c] for s, (c, _) in zip(slots, case["steps"], strict=True)]
+    new = [s[c:] for s, (c, _) in zip(slots, case["steps"], strict=True)]
     old = torch.cat(cached)
-    old_kv = torch.randn(2, len(old), TINY.num_kv_heads, TINY.head_dim, generator=g, dtype=torch.float64)
-    q = torch.randn(n, TINY.num_heads, TINY.head_dim, generator=g, dtype=torch.float64)
-    k, v = (torch.randn(n, TINY.num_kv_heads, TINY.head_dim, generator=g, dtype=torch.float64) for _ in range(2))
-    return old, old_kv, new, context, q, k, v
+    h, kv, d = int(case["heads"]), int(case["kv_heads"]), int(case["head_dim"])
+    old_kv = torch.randn(2, len(old), kv, d, generator=g, dtype=torch.float64).to(dtype)
+    n = sum(len(x) for x in new)
+    q = torch.randn(n, h, d, generator=g, dtype=torch.float64).to(dtype)
+    k, v = (torch.randn(n, kv, d, generator=g, dtype=torch.float64).to(dtype) for _ in range(2))
+    return num_slots, old, old_kv, new, slots, q, k, v
 
 
-def _probe_attention(label: str, cls: Any, seed: int) -> dict[str, Any]:
+def _probe_attention(label: str, cls: Any, case: Mapping[str, Any]) -> dict[str, Any]:
+    """The learner's ``PagedKV`` on one hidden step, then on each of its sequences alone (a fresh store each)."""
     import torch
 
-    from stage5.exercise_support import TINY
+    cfg = _attention_config(case)
+    num_slots, old, old_kv, new, context, q, k, v = _attention_case(case)
+    dtype = getattr(torch, case["dtype"])
 
-    old, old_kv, new, context, q, k, v = _attention_case(seed)
-    store = cls(TINY, 40, torch.float64)
-    store.data[1, :, old] = old_kv
-    store.plan(new, context)
-    out = store.attend(1, q, k, v)
-    written = torch.cat(new)
-    return {"out": torch.as_tensor(out).tolist(),
-            "stored": bool(torch.equal(store.data[1, 0, written], k) and torch.equal(store.data[1, 1, written], v))}
+    def run(news: list[Any], contexts: list[Any], rows: slice) -> tuple[Any, bool]:
+        store = cls(cfg, num_slots, dtype)
+        store.data[1, :, old] = old_kv
+        store.plan(news, contexts)
+        out = store.attend(1, q[rows], k[rows], v[rows])
+        written = torch.cat(news)
+        stored = bool(torch.equal(store.data[1, 0, written], k[rows]) and torch.equal(store.data[1, 1, written], v[rows]))
+        return out, stored
+
+    out, stored = run(new, context, slice(None))
+    alone, start = [], 0
+    for nw, ctx in zip(new, context, strict=True):
+        one, _ = run([nw], [ctx], slice(start, start + len(nw)))
+        alone.append(torch.as_tensor(one).to(torch.float64).tolist())
+        start += len(nw)
+    return {"out": torch.as_tensor(out).to(torch.float64).tolist(), "stored": stored,
+            "dtype": str(out.dtype).removeprefix("torch.") if isinstance(out, torch.Tensor) else type(out).__name__,
+            "alone": alone}
 
 
 DRIVERS["attention"] = _probe_attention
 register_probes(DRIVERS, SERVING_BLOCKED)  # what Kernel.drive may run in the kernel
 
 
-def _attention_variants(seed: int) -> dict[str, Any]:
-    """The reference output for a case, and what common slips give instead."""
+_VARIANTS: dict[str, dict[str, Any]] = {}
+
+
+def _attention_variants(case: Mapping[str, Any]) -> dict[str, Any]:
+    """The right output for a hidden step (float64), and what each common slip gives instead (computed once per
+    case in the grader's process: a class's submissions share them)."""
+    key = repr(sorted(case.items()))
+    if key not in _VARIANTS:
+        _VARIANTS[key] = _compute_variants(case)
+    return _VARIANTS[key]
+
+
+def _compute_variants(case: Mapping[str, Any]) -> dict[str, Any]:
     import torch
-    import torch.nn.functional as F
 
-    from stage5.engine.kv import KVPool
-    from stage5.exercise_support import TINY
+    num_slots, old, old_kv, new, context, q, k, v = _attention_case(case)
+    h, kv = int(case["heads"]), int(case["kv_heads"])
+    store = torch.zeros(2, num_slots, kv, int(case["head_dim"]), dtype=torch.float64)
+    store[:, old] = old_kv.to(torch.float64)
+    written = torch.cat(new)
+    store[0, written], store[1, written] = k.to(torch.float64), v.to(torch.float64)
+    q64 = q.to(torch.float64)
+    right_heads = torch.arange(h) // (h // kv)
 
-    old, old_kv, new, context, q, k, v = _attention_case(seed)
-    pool = KVPool(TINY, 40, torch.float64)
-    pool.data[1, :, old] = old_kv
-    pool.plan(new, context)
-    outs = {"right": pool.attend(1, q, k, v)}
-    store = pool.data[1]
-    group = TINY.num_heads // TINY.num_kv_heads
-
-    def manual(causal: bool = True, interleave: bool = True, scale: bool = True) -> Any:
+    def manual(heads: Any = right_heads, scale: float = 0.5, shift: int = 0, first_zero: bool = False,
+               causal: bool = True, flattened: bool = False) -> Any:
         rows, start = [], 0
-        for nw, ctx in zip(new, context, strict=True):
-            keys, values = store[0, ctx], store[1, ctx]
-            if interleave:
-                keys, values = keys.repeat_interleave(group, 1), values.repeat_interleave(group, 1)
-            else:
-                keys, values = keys.repeat(1, group, 1), values.repeat(1, group, 1)
-            s = torch.einsum("qhd,khd->hqk", q[start:start + len(nw)], keys) / (TINY.head_dim ** 0.5 if scale else 1)
+        groups = [(torch.cat(new), torch.cat(context))] if flattened else list(zip(new, context, strict=True))
+        for nw, ctx in groups:
+            keys, values = store[0, ctx][:, heads], store[1, ctx][:, heads]
+            s = torch.einsum("qhd,khd->hqk", q64[start:start + len(nw)], keys) / float(case["head_dim"]) ** scale
+            first = 0 if first_zero else len(ctx) - len(nw)
             if causal:
-                first = len(ctx) - len(nw)
-                s = s.masked_fill(torch.arange(len(ctx))[None, :] > first + torch.arange(len(nw))[:, None],
-                                  float("-inf"))
-            rows.append(torch.einsum("hqk,khd->qhd", F.softmax(s, -1), values))
+                hide = torch.arange(len(ctx))[None, :] > first + shift + torch.arange(len(nw))[:, None]
+                s = s.masked_fill(hide, float("-inf"))
+            rows.append(torch.einsum("hqk,khd->qhd", s.softmax(-1), values))
             start += len(nw)
         return torch.cat(rows)
 
-    outs["not causal"] = manual(causal=False)
-    outs["heads"] = manual(interleave=False)
-    outs["scale"] = manual(scale=False)
+    outs = {"right": manual(), "not causal": manual(causal=False), "mask hides itself": manual(shift=-1),
+            "mask sees ahead": manual(shift=1), "mask from 0": manual(first_zero=True),
+            "heads repeat": manual(heads=torch.arange(h) % kv), "scale head_dim": manual(scale=1.0),
+            "no scale": manual(scale=0.0), "across sequences": manual(flattened=True)}
+    wrong_div = torch.arange(h) // kv
+    if int(wrong_div.max()) < kv:
+        outs["heads divide"] = manual(heads=wrong_div)
     return outs
 
 
-def check_attention(label: str, kernel: Any, seeds: tuple[int, ...] = (0, 1)) -> None:
-    """The learner's ``PagedKV`` on hidden steps against the course's attention backend (float64, to 1e-9)."""
+#: What each slip in the learner's attention is told (the rule it breaks), by the variant it matches.
+ATTENTION_HINTS: dict[str, str] = {
+    "not causal": "a new token attends to positions after its own: a token at position p sees only positions "
+                  "0 .. p of its sequence (mask the rest)",
+    "mask hides itself": "the causal mask is off by one: a token at position p sees positions 0 .. p, its own "
+                         "included (<=, not <)",
+    "mask sees ahead": "the causal mask is off by one: a token at position p sees positions 0 .. p, not p + 1",
+    "mask from 0": "the mask puts the new tokens at the start of the context: they are its tail, so the first new "
+                   "token sits at position len(context) - len(new) (a decode sees every cached token)",
+    "heads repeat": "query head h must read key-value head h // (heads // kv_heads): consecutive query heads share "
+                    "one key-value head (repeat_interleave, not repeat)",
+    "heads divide": "query head h must read key-value head h // (heads // kv_heads), the group size, not "
+                    "h // kv_heads",
+    "scale head_dim": "the scores are divided by head_dim: scale q . k by 1 / sqrt(head_dim)",
+    "no scale": "the scores are not scaled: divide q . k by sqrt(head_dim)",
+    "across sequences": "tokens attend across sequences: each sequence's new tokens read only that sequence's own "
+                        "context slots (one attention per sequence of the step)",
+    "precision": "the output is close but not exact: compute in the dtype of q (float64 here), not float32",
+    "batched": "each sequence alone gives the right output but the step together does not: keep each sequence's "
+               "new tokens with its own context, in the order of plan()",
+}
+
+
+def check_attention(label: str, kernel: Any, cases: tuple[Mapping[str, Any], ...] = ATTENTION_CASES) -> None:
+    """The learner's ``PagedKV`` on hidden steps against the course's attention (float64 to 1e-9; a float32 step to
+    float32's precision); a wrong output is matched against the common slips, each named by the rule it breaks."""
     import torch
 
-    hints = {"not causal": "a new token attends to positions after its own: a token at position p sees only "
-                           "positions 0 .. p of its sequence (mask the rest)",
-             "heads": "query head h must read key-value head h // (heads // kv_heads): consecutive query heads "
-                      "share one key-value head (repeat_interleave, not repeat)",
-             "scale": "the scores are not scaled: divide q . k by sqrt(head_dim)"}
-    for seed in seeds:
-        got = kernel.drive(label, "attention", ["PagedKV"], {"seed": seed}, blocked=ATTENTION_BLOCKED)
-        outs = _attention_variants(seed)
+    for case in cases:
+        got = kernel.drive(label, "attention", ["PagedKV"], {"case": dict(case)}, blocked=ATTENTION_BLOCKED)
+        outs = _attention_variants(case)
         right = outs["right"]
+        where = (f" (on a step with {case['heads']} query heads over {case['kv_heads']} key-value heads, "
+                 f"{case['dtype']})")
         try:
             out = torch.tensor(got["out"], dtype=torch.float64)
         except (TypeError, ValueError):
             raise GradingError(f"{label}: attend() should return a tensor of [tokens, heads, head_dim]") from None
         if tuple(out.shape) != tuple(right.shape):
-            raise GradingError(f"{label}: attend() returned shape {tuple(out.shape)}; it should return one "
+            raise GradingError(f"{label}: attend() returned shape {tuple(out.shape)}{where}; it should return one "
                                "[heads, head_dim] row per new token, in the order of q")
+        if got["dtype"] != case["dtype"]:
+            raise GradingError(f"{label}: attend() returned {got['dtype']} for {case['dtype']} queries: return the "
+                               "dtype of q (create the store with the dtype it is given)")
         if not got["stored"]:
             raise GradingError(f"{label}: attend() must store each new token's key and value at its new slot "
                                "(data[layer, 0 or 1, slot])")
-        if torch.allclose(out, right, rtol=1e-9, atol=1e-12):
+        exact = case["dtype"] == "float64"
+        rtol, atol = (1e-9, 1e-12) if exact else (1e-4, 1e-5)
+        if torch.allclose(out, right, rtol=rtol, atol=atol):
             continue
         for name, alt in outs.items():
-            if name != "right" and torch.allclose(out, alt, rtol=1e-9, atol=1e-12):
-                raise GradingError(f"{label}: {hints[name]}")
-        raise GradingError(f"{label}: the attention output differs from the course's: read each sequence's context "
-                           "through its own context slots, causally, one key-value head per group of query heads")
+            if name != "right" and not torch.allclose(alt, right, rtol=1e-4, atol=1e-5, equal_nan=True) \
+                    and torch.allclose(out, alt, rtol=1e-4, atol=1e-5, equal_nan=True):
+                raise GradingError(f"{label}: {ATTENTION_HINTS[name]}{where}")
+        if exact and torch.allclose(out, right, rtol=1e-3, atol=1e-4):
+            raise GradingError(f"{label}: {ATTENTION_HINTS['precision']}")
+        try:
+            alone = torch.cat([torch.tensor(a, dtype=torch.float64) for a in got["alone"]])
+        except (TypeError, ValueError, RuntimeError, KeyError):
+            alone = None  # each sequence alone did not give one row per token either
+        if alone is not None and alone.shape == right.shape and torch.allclose(alone, right, rtol=rtol, atol=atol):
+            raise GradingError(f"{label}: {ATTENTION_HINTS['batched']}{where}")
+        raise GradingError(f"{label}: the attention output differs from the course's{where}: read each sequence's "
+                           "context through its own context slots, causally, one key-value head per group of "
+                           "query heads")
+
+
+# --- the rules, in one place
+#: Each skeleton docstring of exercise 2, word for word (tests/test_ex02_mutants.py compares them with the
+#: solution's and the release's): every docstring states its rule exactly as the hidden checks apply it, including
+#: what they leave free.
+RULES: dict[str, str] = {
+    "ContiguousCache.find_space":
+        "The lowest slot where `length` free slots start in a row (first fit: the lowest gap that is long enough, "
+        "even when a tighter one lies further on), or None if no gap is long enough. A gap of exactly `length` "
+        "slots fits, at the end of the pool too.",
+    "ContiguousCache.admit":
+        "Reserve `seq.request.max_len` slots (prompt + max_tokens) in one run starting at find_space's slot, and "
+        "set seq.start to that slot. The loops call admit only after can_admit said yes.",
+    "ContiguousCache.release":
+        "Give the run back: its slots are free for the next admission. (The loops never release a sequence that "
+        "holds no run; what that would do is not graded.)",
+    "ContiguousCache.slots":
+        "The slots holding tokens `positions` (a 1-D tensor) of `seq`: seq.start + position, one per position.",
+    "PagedKV.attend":
+        "Store k and v at this step's new slots, then return, in the dtype of q, each new token's attention over "
+        "its own sequence's context only: a token at position p sees positions 0 .. p (causal), the scores are "
+        "scaled by 1 / sqrt(head_dim), and query head h reads key-value head h // (heads // kv_heads).",
+    "serve_static":
+        "Serve `requests` in order, one batch at a time: a batch is admitted only when nothing is running (from "
+        "the head of the queue, never skipping it, while fewer than max_batch run and cache.can_admit(head, "
+        "len(running))), and runs until every member has finished. Nothing running and nothing admissible: "
+        "RuntimeError. Returns meter.result(requests).",
+    "BlockAllocator":
+        "Fixed-size blocks handed out from a free list, each with a reference count: its number of owners (above "
+        "1: shared). Block ids are 0 .. num_blocks - 1; the caches never pass another id, and what one would do "
+        "is not graded.",
+    "BlockAllocator.allocate":
+        "Take a free block off the free list (any one: the order blocks are reused in is up to you), set its count "
+        "to 1 and return its id; RuntimeError if none is free.",
+    "BlockAllocator.share":
+        "One more owner for a block in use (count 1 or more): its count goes up by 1. ValueError if the block is "
+        "free (count 0), which then stays on the free list.",
+    "BlockAllocator.free":
+        "One owner fewer: the count goes down by 1, and at 0 the block goes back on the free list. ValueError if "
+        "the block is already free (count 0).",
+    "PagedCache.blocks_for": "How many blocks `num_tokens` tokens occupy: ceil(num_tokens / block_size).",
+    "PagedCache.can_admit":
+        "True exactly when blocks_for(len(seq.tokens)) + running blocks are free: the blocks all of seq.tokens "
+        "need (the prompt, or a preempted sequence's whole history) plus one spare block for each of the "
+        "`running` sequences.",
+    "PagedCache.admit":
+        "Give seq a table of blocks_for(len(seq.tokens)) newly allocated blocks: room for the tokens the coming "
+        "prefill writes, and nothing more.",
+    "PagedCache.can_grow":
+        "True exactly when grow(seq) can succeed: the table already has blocks_for(len(seq.tokens)) blocks (every "
+        "token, the newest included, has a slot), or at least one block is free.",
+    "PagedCache.grow":
+        "If the table has fewer than blocks_for(len(seq.tokens)) blocks, append one newly allocated block at its "
+        "end; otherwise change nothing.",
+    "PagedCache.release":
+        "Free every block of the table (one owner fewer each) and leave the table empty; a sequence whose table "
+        "is already empty gives back nothing.",
+    "PagedCache.slots":
+        "The slots holding tokens `positions` (a 1-D tensor) of `seq`, through its block table: position p is "
+        "slot block_table[p // block_size] * block_size + p % block_size.",
+    "serve":
+        "The iteration-level loop. Every step: make room for the running sequences, oldest first (when one cannot "
+        "grow, preempt the newest running sequence, again and again until it can or was itself the victim; each "
+        "victim goes to the front of the queue as it is preempted, so after a step with several victims the "
+        "oldest of them leads); then admit (continuous: every step; static: only when nothing runs) from the head "
+        "of the queue, never skipping it, while fewer than max_batch run and cache.can_admit(head, "
+        "len(running)), a victim of this very step included; run one forward, append the new tokens, retire the "
+        "finished ones. Nothing running and nothing admissible: RuntimeError.",
+}

@@ -63,10 +63,15 @@ def _lever_hint(got: str, ref: Any, dep: Mapping[str, Any]) -> str:
         return "speculative decoding helps here, but another lever helps clearly more"
     if got == "prefix_caching":
         if ref.prefill_share < 0.5:
-            return ("prefix caching only removes prefill work, and most of this request's cost is decode: "
-                    "a long prompt alone does not make it the first lever")
+            return ("prefix caching only removes prefill work, and most of this request's cost is decode: every "
+                    "decode step reads the weights and, for each running sequence, its whole KV cache (batch x "
+                    "context x KV bytes per token); count those reads before weighing the prompt")
         return "prefix caching helps here, but another lever helps clearly more"
     if got == "quantization":
+        if gains["quantization"] > 1.05 and ref.max_concurrency > int(dep["concurrency"]):
+            return ("FP8 does help here (a memory-bound step reads half the bytes), but another lever helps clearly "
+                    "more: the KV memory holds more sequences than run now, and each extra sequence in a "
+                    "memory-bound step shares the weight reads the others already pay for")
         return ("FP8 halves the bytes of whatever is quantized, but not the time of a compute-bound step or of a "
                 "part already in 8 bits: count the weight and KV traffic (and the FLOPs) before and after")
     if dep["objective"] == "latency":

@@ -117,6 +117,11 @@ def build():
             "max_seqs_qwen72b_32k = kv_budget_gib_qwen72b * GiB // (32_768 * kv_bytes_qwen72b)  # 39.0, a float"),
             b3_concurrency_function_answer=B3.replace("max(0, math.floor(budget / per_sequence))",
                                                       "max(0.0, budget // per_sequence)")),
+        # unit slips the visible checks and the hidden ones name: A1 in seconds, A4 for one GPU
+        "seconds_ex01": fill(good, a1_floor_answer=(
+            "floor_ms_llama8b_l4 = llama8b.num_params * 2 / l4.bandwidth  # in seconds")),
+        "per_gpu_ex01": fill(good, a4_budget_answer=(
+            "kv_budget_gib_qwen72b = (h200.memory_bytes - qwen72b.num_params * 2 / 4 - 8 * GiB) / GiB  # one GPU")),
         "loop_ex01": fill(good, a2_ridge_answer="while True:\n    pass"),
         "crash_ex01": fill(good, a1_floor_answer=(
             "import numpy_financial  # not installed: raises at import\n"

@@ -8,9 +8,15 @@ tests/test_grading_ex02.py lists the score each earns and the words its feedback
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 from make_fixtures_ex03 import _gid, _src, fill, solved
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from ex02_mutants import _ATTEND_LOOP as ATTEND_LOOP  # noqa: E402 - the mutation test's own texts
+from ex02_mutants import _FLATTENED as FLATTENED  # noqa: E402
+from ex02_mutants import _GROW_LOOP as GROW_LOOP  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
 HERE = Path(__file__).resolve().parent
@@ -71,6 +77,20 @@ def ex02():
         "attention_head_mapping": variant("paged_kv_answer", (
             "keys = store[0, context].repeat_interleave(group, dim=1)", "keys = store[0, context].repeat(1, group, 1)"),
             ("values = store[1, context].repeat_interleave(group, dim=1)", "values = store[1, context].repeat(1, group, 1)")),
+        # the attention slips named one by one: the mask off by one, dividing by head_dim, float32, one attention
+        # over the whole step
+        "attention_mask_off_by_one": variant("paged_kv_answer", (
+            "<= first + torch.arange(n)[:, None]", "< first + torch.arange(n)[:, None]")),
+        "attention_head_dim": variant("paged_kv_answer", ("/ q.shape[-1] ** 0.5", "/ q.shape[-1]")),
+        "attention_float32": variant("paged_kv_answer", (
+            "weights, values))", "weights.float(), values.float()).to(q.dtype))")),
+        "attention_across_sequences": variant("paged_kv_answer", (ATTEND_LOOP.rstrip(), FLATTENED.rstrip())),
+        # a loop that grows without asking can_grow: its own "no free block" exception, with the step and the rule
+        "grows_without_room": variant("serve_answer", (GROW_LOOP, "        for seq in running:\n            cache.grow(seq)\n")),
+        # the measurement cell stops with an error; the 2 x 2 built with blocks of 16 (same slots)
+        "measure_crash": variant("measure_answer", ("serve(model, WORKLOAD, cache,", "serve(model, WORKLOAD, cache, block_size=BLOCK_SIZE,")),
+        "block_size_16": variant("measure_answer", ("else PagedCache(NUM_BLOCKS, BLOCK_SIZE))",
+                                                    "else PagedCache(NUM_BLOCKS * BLOCK_SIZE // 16, 16))")),
         # a loop that removes finished sequences from the list it iterates over skips the next one
         "mutates_while_iterating": variant("serve_answer", (
             "        for seq, token in zip(batch, next_tokens, strict=True):",

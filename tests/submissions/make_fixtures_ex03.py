@@ -133,6 +133,9 @@ def clearing():
             q4_intensity_answer="intensity_b48 = 2 * 48  # FLOPs per parameter, bytes forgotten"),
         "speculative_first": fill(good, q9_lever_answer='first_lever = "speculative"'),
         "roundup": fill(good, q2_concurrency_answer=Q2.replace("math.floor", "math.ceil")),
+        "one_gpu": fill(good, q2_concurrency_answer=Q2.replace(
+            "budget = 8 * (h200.memory_bytes - 8 * GiB) - m405.num_params * 1",
+            "budget = h200.memory_bytes - 8 * GiB - m405.num_params / 8  # one GPU's share")),
         "reserve_once": fill(good, q2_concurrency_answer=Q2.replace("8 * (h200.memory_bytes - 8 * GiB)",
                                                                       "8 * h200.memory_bytes - 8 * GiB")),
         "flops_floor": fill(good, q3_floor_answer=(
