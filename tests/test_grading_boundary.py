@@ -319,3 +319,27 @@ def test_long_feedback_lines_wrap(graded, tmp_path):
         hints = page.evaluate("() => [...document.querySelectorAll('pre')].length")
         ctx.close()
     assert hints > 0 and wide == [], wide
+
+
+def test_no_learner_script_runs_in_formgraders_view(graded, tmp_path):
+    """Formgrader renders an autograded notebook with its own template ('formgrade') through an HTMLExporter built
+    from the course's config (nbgrader's FormgradeExtension): the same sanitizing settings must hold there."""
+    import sys
+
+    from nbgrader.server_extensions.formgrader import handlers
+
+    sys.path.insert(0, str(REPO / "grader"))
+    from nbgrader_setup import make_config
+
+    course, _ = graded
+    config = make_config(course.work)
+    config.HTMLExporter.template_name = "formgrade"  # what FormgradeExtension.build_extra_config adds
+    config.HTMLExporter.extra_template_basedirs = [handlers.template_path]
+    autograded = course.work / "autograded" / "scripts" / "ex01" / "ex01.ipynb"
+    resources = {"assignment_id": "ex01", "notebook_id": "ex01", "submission_id": "x", "index": 0, "total": 1,
+                 "base_url": "", "student": "scripts", "last_name": "scripts", "first_name": "",
+                 "notebook_path": "autograded/scripts/ex01/ex01.ipynb"}
+    page = tmp_path / "formgrade.html"
+    page.write_text(HTMLExporter(config=config).from_filename(str(autograded), resources=resources)[0])
+    assert "click me" in page.read_text()  # the learner's cells are on the page
+    assert _learner_script_ran(page, tmp_path / "fg") == []
