@@ -24,7 +24,7 @@ def test_a_failed_or_timed_out_cell_fails_the_build():
     for target in ("book", "book-under-load"):
         recipe = _recipe(target)
         assert "jupyter-book build" in recipe and "--warningiserror" in recipe and "--keep-going" not in recipe
-    assert '"--keep-going"' not in (ROOT / "tests" / "test_book.py").read_text().split("def built_book")[1][:1500]
+    assert '"--keep-going"' not in (ROOT / "tests" / "conftest.py").read_text().split("def built_book")[1][:1500]
     execute = yaml.safe_load((ROOT / "_config.yml").read_text())["execute"]
     assert execute["allow_errors"] is False
 
