@@ -122,26 +122,26 @@ STAGE5_PIP_CAUSES = [
 
 def stage5_pip_install(what, *args):
     """pip install quietly; on failure stop this notebook with one line that says why and what to do."""
-    import os
-    import re
-    import time
+    import os as stage5_os  # named apart, so they never clash with the notebook's own imports
+    import re as stage5_re
+    import time as stage5_time
 
     # Jupyter kernels set FORCE_COLOR and CLICOLOR_FORCE, which make pip colour its errors: switch colour off.
-    env = {{k: v for k, v in os.environ.items() if k not in ("FORCE_COLOR", "CLICOLOR_FORCE", "PY_COLORS")}}
+    env = {{k: v for k, v in stage5_os.environ.items() if k not in ("FORCE_COLOR", "CLICOLOR_FORCE", "PY_COLORS")}}
     env.update(NO_COLOR="1", TERM="dumb")
     print(f"installing {{what}} and its dependencies (about 15 s on Colab) ...", flush=True)
-    start = time.monotonic()
+    start = stage5_time.monotonic()
     done = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-color", "--disable-pip-version-check",
                            *args], capture_output=True, text=True, env=env)
     if done.returncode == 0:
         importlib.invalidate_caches()
-        print(f"installed {{what}} in {{time.monotonic() - start:.0f}} s", flush=True)
+        print(f"installed {{what}} in {{stage5_time.monotonic() - start:.0f}} s", flush=True)
         return
-    text = re.sub(r"\\x1b\\[[0-9;?]*[A-Za-z]", "", done.stderr + done.stdout)
+    text = stage5_re.sub(r"\\x1b\\[[0-9;?]*[A-Za-z]", "", done.stderr + done.stdout)
     lines = [line.strip(" ×╰─>") for line in text.splitlines() if line.strip(" ×╰─>")] or ["pip failed"]
     why = next((line for line in reversed(lines) if line.lower().startswith(("error", "×"))), lines[-1])
     for pattern, cause in STAGE5_PIP_CAUSES:
-        found = re.search(pattern, text)
+        found = stage5_re.search(pattern, text)
         if found:
             why = cause + (f" for {{found.group(1)}}" if found.groups() and found.group(1) else "")
             break

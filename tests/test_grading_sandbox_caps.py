@@ -158,3 +158,14 @@ def test_uid_is_fresh_for_each_sandbox():
         return
     uids = {sandbox_uid("bwrap") for _ in range(50)}
     assert len(uids) == 50 and min(uids) >= 1_000_000_000
+
+
+def test_the_kernel_is_told_it_is_being_graded(monkeypatch):
+    """nbgrader sets NBGRADER_EXECUTION around autograde so that notebooks can skip slow cells (ex03's engine
+    demo does); the cleared environment must keep it, and nothing else of the caller's."""
+    from stage5.grading.sandbox import kernel_env
+
+    monkeypatch.setenv("NBGRADER_EXECUTION", "autograde")
+    monkeypatch.setenv("STAGE5_TEST_SECRET", "x")
+    env = kernel_env()
+    assert env["NBGRADER_EXECUTION"] == "autograde" and "STAGE5_TEST_SECRET" not in env

@@ -97,6 +97,9 @@ def _course_path() -> str:
 def kernel_env(home: str = HOME) -> dict[str, str]:
     """The kernel's whole environment: an allow-list, never the caller's variables."""
     env = _library_path()
+    # nbgrader's own signal that a notebook is being graded (its documented way to skip slow cells), which it sets
+    # in the grader's environment around autograde and validate: the grader's value, not the instructor's shell's
+    env |= {k: os.environ[k] for k in ("NBGRADER_EXECUTION", "NBGRADER_VALIDATING") if k in os.environ}
     return env | {
         "PATH": os.pathsep.join([str(Path(sys.executable).parent), "/usr/local/bin", "/usr/bin", "/bin"]),
         "HOME": home, "USER": "learner", "LOGNAME": "learner", "LANG": "C.UTF-8", "TMPDIR": "/tmp",
