@@ -331,8 +331,9 @@ def start(site: HubSite, log_path: Path | None = None) -> subprocess.Popen:
     raise RuntimeError(f"jupyterhub did not answer on {site.url} within 120 s")
 
 
-def stop(proc: subprocess.Popen, timeout: float = 30) -> None:
-    """Stop the hub: SIGTERM lets it stop the servers and services it spawned; then its process group."""
+def stop(proc: subprocess.Popen, timeout: float = 90) -> None:
+    """Stop the hub: SIGTERM lets it stop the servers and services it spawned (each may take its spawner's
+    interrupt and term timeouts); after ``timeout`` (systemd's default stop timeout), its process group is killed."""
     if proc.poll() is None:
         proc.send_signal(signal.SIGTERM)
         try:

@@ -295,7 +295,7 @@ def test_the_hub_stops_cleanly_on_sigterm(hub, term):
     (Runs last: it stops the hub the other tests use.)"""
     start = len(hub.log.read_text(errors="replace"))
     local_hub.stop(hub.proc)
-    assert hub.proc.returncode == 0, f"jupyterhub exited with {hub.proc.returncode} on SIGTERM"
     shutdown = hub.log.read_text(errors="replace")[start:]
+    assert hub.proc.returncode == 0, f"jupyterhub exited with {hub.proc.returncode} on SIGTERM: {shutdown[-3000:]}"
     assert "Traceback" not in shutdown and "Error" not in shutdown.replace("ConfigProxy", ""), shutdown[-3000:]
 
