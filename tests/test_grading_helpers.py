@@ -135,3 +135,35 @@ def test_stashed_copies_of_an_answer_are_blocked_too():
         assert cheat(m, 2) == m.kv_bytes_per_token(2)  # restored
     assert stash[0] is original and table["kv"] is original and Stash.kv is original
     assert via_default.__defaults__ == (2, original)
+
+
+def test_stashes_in_an_instance_a_lost_module_and_a_class_are_all_blocked(monkeypatch):
+    """The heap walk finds a copy in an instance's dict even when its class holds the same function, and in the
+    dict of a module removed from sys.modules; the class attribute is patched through setattr."""
+    import gc
+    import types
+
+    from stage5.models import ModelConfig
+
+    original = ModelConfig.kv_bytes_per_token
+
+    class Holder:
+        kv = original
+
+    holder = Holder()
+    holder.__dict__["kv"] = original  # an instance's own copy, beside the class's
+    lost = types.ModuleType("lost_module")  # never in sys.modules
+    lost.kv = original
+    m = get_model("gpt2")
+    blocked = ["stage5.models.ModelConfig.kv_bytes_per_token"]
+    walks = []
+    real = gc.get_referrers
+    monkeypatch.setattr(gc, "get_referrers", lambda *objs: walks.append(len(objs)) or real(*objs))
+    for cheat in (lambda c, b=2: holder.kv(c, b), lambda c, b=2: lost.kv(c, b), lambda c, b=2: Holder.kv(c, b)):
+        walks.clear()
+        with pytest.raises(GradingError, match="computes this answer for you"):
+            call_learner("B1", cheat, m, 2, blocked=blocked)
+        # each walk of the heap costs tens of ms with torch loaded: at most three per check, however many copies
+        assert 1 <= len(walks) <= 3, walks
+        assert cheat(m, 2) == m.kv_bytes_per_token(2)
+    assert holder.__dict__["kv"] is original and Holder.__dict__["kv"] is original and lost.kv is original

@@ -92,30 +92,44 @@ def unavailable(*targets: str, namespaces: Iterable[dict[str, Any]] = (), deep: 
 
 def _patch_referrers(stubs: dict[int, tuple[Any, Any]], saved: list[tuple[Any, Any, Any, bool]]) -> None:
     """Replace every other reference to an original by its stub: in dicts, lists, closure cells, default
-    arguments and class attributes (recorded in ``saved`` for restoring)."""
+    arguments and class attributes (recorded in ``saved`` for restoring).
+
+    Each ``gc.get_referrers`` call walks the whole heap (tens of ms with torch loaded), so the walk is done three
+    times in all, whatever the number of references: once for the originals, once for the classes that own the
+    dicts found, once for the functions whose defaults are the tuples found. Loaded modules' dicts are left to the
+    caller's namespace pass."""
     originals = [original for original, _ in stubs.values()]
+    modules = {id(space) for module in list(sys.modules.values())
+               if (space := getattr(module, "__dict__", None)) is not None}
 
     def stub_for(value: Any) -> Any:
         hit = stubs.get(id(value))
         return hit[1] if hit is not None and hit[0] is value else None
 
-    for ref in gc.get_referrers(*originals):
-        if ref is originals or ref is stubs:
-            continue
-        if isinstance(ref, dict):
-            classes = [c for c in gc.get_referrers(ref) if isinstance(c, type)]
-            for key, value in list(ref.items()):
-                stub = stub_for(value)
-                if stub is None:
-                    continue
-                owner = next((c for c in classes if c.__dict__.get(key) is value), None)
-                if owner is not None:  # a class attribute: through setattr, so the type's caches stay right
-                    saved.append((owner, key, value, False))
-                    setattr(owner, key, stub)
-                else:
-                    saved.append((ref, key, value, True))
-                    ref[key] = stub
-        elif isinstance(ref, list):
+    refs = [ref for ref in gc.get_referrers(*originals) if ref is not originals and ref is not stubs]
+    dicts = [ref for ref in refs if isinstance(ref, dict) and id(ref) not in modules]
+    tuples = [ref for ref in refs if isinstance(ref, tuple)]
+    owner_of: dict[int, type] = {}  # id(a class's own dict) -> the class
+    if dicts:
+        wanted = {id(d) for d in dicts}
+        for cls in gc.get_referrers(*dicts):
+            if isinstance(cls, type):
+                for inner in gc.get_referents(cls):  # a type's referents include its real __dict__
+                    if id(inner) in wanted:
+                        owner_of[id(inner)] = cls
+    for ref in dicts:
+        owner = owner_of.get(id(ref))
+        for key, value in list(ref.items()):
+            if (stub := stub_for(value)) is None:
+                continue
+            if owner is not None:  # a class attribute: through setattr, so the type's caches stay right
+                saved.append((owner, key, value, False))
+                setattr(owner, key, stub)
+            else:
+                saved.append((ref, key, value, True))
+                ref[key] = stub
+    for ref in refs:
+        if isinstance(ref, list):
             for i, value in enumerate(ref):
                 if (stub := stub_for(value)) is not None:
                     saved.append((ref, i, value, True))
@@ -124,11 +138,13 @@ def _patch_referrers(stubs: dict[int, tuple[Any, Any]], saved: list[tuple[Any, A
             if (stub := stub_for(ref.cell_contents)) is not None:
                 saved.append((ref, "cell_contents", ref.cell_contents, False))
                 ref.cell_contents = stub
-        elif isinstance(ref, tuple):
-            for func in gc.get_referrers(ref):
-                if isinstance(func, types.FunctionType) and func.__defaults__ is ref:
-                    saved.append((func, "__defaults__", ref, False))
-                    func.__defaults__ = tuple(stub_for(v) or v for v in ref)
+    if tuples:
+        wanted = {id(t) for t in tuples}
+        for func in gc.get_referrers(*tuples):
+            if isinstance(func, types.FunctionType) and id(func.__defaults__) in wanted:
+                ref = func.__defaults__
+                saved.append((func, "__defaults__", ref, False))
+                func.__defaults__ = tuple(stub_for(v) or v for v in ref)
 
 
 @contextlib.contextmanager
