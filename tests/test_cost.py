@@ -1,6 +1,5 @@
 """The cost model against every figure the source text states, plus properties that must hold for any input."""
 
-import time
 
 import numpy as np
 import pytest
@@ -197,16 +196,41 @@ def test_halving_weight_bytes_never_more_than_doubles_throughput(model, gpu, bat
     assert 1.0 <= ratio <= limit * (1 + 1e-12)
 
 
-def test_a_sweep_of_100k_deployments_takes_under_100_ms():
+def _python_calls(func, *args) -> int:
+    """How many Python-level function calls ``func(*args)`` makes (numpy's work inside one call is not counted)."""
+    import sys
+
+    calls = [0]
+
+    def count(frame, event, arg):
+        if event == "call":
+            calls[0] += 1
+
+    sys.setprofile(count)
+    try:
+        func(*args)
+    finally:
+        sys.setprofile(None)
+    return calls[0]
+
+
+def test_a_sweep_of_100k_deployments_is_vectorised():
+    """A chapter sweeps 100,000 (batch, context) pairs in one call: the Python work must not grow with the number
+    of points (numpy does the loop), and every point must equal the scalar call. How long it takes on this
+    machine is a benchmark's business (python -m stage5.bench_simulator), not a test's."""
     d = cost.Deployment.of("llama3-70b", "H100", 4)
     rng = np.random.default_rng(0)
     b = rng.integers(1, 512, 100_000)
     s = rng.integers(1, 131072, 100_000)
-    cost.cost_per_million_tokens(d, b[:10], s[:10])  # warm up
-    t0 = time.perf_counter()
-    cost.cost_per_million_tokens(d, b, s)
-    cost.speculative_speedup(d, b, s, 0.7, 4)
-    assert time.perf_counter() - t0 < 0.1
+
+    def sweep(bb, ss):
+        return cost.cost_per_million_tokens(d, bb, ss), cost.speculative_speedup(d, bb, ss, 0.7, 4)
+
+    assert _python_calls(sweep, b, s) == _python_calls(sweep, b[:10], s[:10])
+    price, speed = sweep(b, s)
+    for i in rng.integers(0, 100_000, 20):
+        one_price, one_speed = sweep(int(b[i]), int(s[i]))
+        assert np.isclose(price[i], one_price) and np.isclose(speed[i], one_speed)
 
 
 def test_figures_are_all_finite_and_named():
