@@ -94,12 +94,17 @@ def queued(point: ServingPoint) -> bool:
     (:func:`stage5.cost.max_concurrency`, under the engine's memory policy). TensorRT-LLM, NIM's backend, admits a
     request only when its whole prompt and answer are sure to fit (its default capacity policy,
     GUARANTEED_NO_EVICT: TensorRT-LLM performance-tuning guide, "Useful Runtime Options", section "Capacity
-    Scheduler Policy"), so the whole length is what counts. A static batch never queues: it ran as published."""
+    Scheduler Policy"), so the whole length is what counts. A static batch never queues: it ran as published.
+    Where the source's setup fixes the engine's KV pool (:attr:`ServingPoint.kv_pool`, in blocks), that pool counts
+    instead of the cost model's budget, in whole blocks per sequence."""
     if point.static:
         return False
     source = SOURCES.get(point.source_key)
     if source and source.max_running is not None and point.concurrency > source.max_running:
         return True
+    if point.kv_pool is not None:
+        blocks, block_tokens = point.kv_pool
+        return point.concurrency > blocks // -(-(point.prompt + point.output) // block_tokens)
     return point.concurrency > int(cost.max_concurrency(_deployment(point), point.prompt + point.output))
 
 

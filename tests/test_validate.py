@@ -1,6 +1,7 @@
 """Estimate mode, the published serving points and `python -m stage5 validate`."""
 
 import json
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -48,7 +49,8 @@ def test_four_or_more_independent_sources_beyond_nim_on_h100():
     assert len(others) >= 4
     assert any(g.startswith("A100") for _, g in used) and any(g == "MI300X" for _, g in used)
     held_out = [k for k, s in SOURCES.items() if not s.in_sample]
-    assert len(held_out) >= 3 and "vllm-ci" in held_out and "dstack-mi300x" in held_out
+    assert len(held_out) >= 4 and {"trtllm-0.6", "vllm-ci", "dstack-mi300x", "lmdeploy-a100"} <= set(held_out)
+    assert all(k in others for k in held_out), "every held-out source keeps rows after the queueing rule"
 
 
 def test_floor_is_at_or_below_every_published_latency():
@@ -57,26 +59,28 @@ def test_floor_is_at_or_below_every_published_latency():
     assert validate.summary()["floor_is_lower_bound"] is True
 
 
-# Issue 29's targets, source-balanced over the five sources. Not met; each marker is strict, so the test fails
+# Issue 29's targets, source-balanced over the six sources. Not met; each marker is strict, so the test fails
 # (and the marker must go) the day the estimate reaches its target. The measured shares are in the reasons.
-@pytest.mark.xfail(strict=True, reason="source-balanced, the estimate is within 25% on 57% of points (target 75%): "
-                   "in sample 75% (gpt-fast 71%, NIM 78%), held out 45% (TensorRT-LLM 0.6 35%, vLLM CI 100%, "
-                   "vLLM on MI300X 0%)")
+@pytest.mark.xfail(strict=True, reason="source-balanced, the estimate is within 25% on 58% of points (target 75%): "
+                   "in sample 75% (gpt-fast 71%, NIM 78%), held out 50% (TensorRT-LLM 0.6 35%, vLLM CI 100%, "
+                   "vLLM on MI300X 0%, LMDeploy on A100 65%)")
 def test_estimate_is_within_25_percent_on_three_quarters_of_points_source_balanced():
     assert validate.summary()["shares"]["source_balanced"]["within_25pct"] >= validate.TARGET_SHARE == 0.75
 
 
-@pytest.mark.xfail(strict=True, reason="source-balanced, the estimate is within x1.5 on 68% of points (target 90%): "
-                   "in sample 91%, held out 53% (TensorRT-LLM 0.6 58%, vLLM CI 100%, vLLM on MI300X 0%)")
+@pytest.mark.xfail(strict=True, reason="source-balanced, the estimate is within x1.5 on 70% of points (target 90%): "
+                   "in sample 91%, held out 60% (TensorRT-LLM 0.6 58%, vLLM CI 100%, vLLM on MI300X 0%, "
+                   "LMDeploy on A100 81%)")
 def test_estimate_is_within_x1_5_on_nine_tenths_of_points_source_balanced():
     assert validate.summary()["shares"]["source_balanced"]["within_1.5x"] >= validate.TARGET_WIDE_SHARE == 0.9
 
 
 def test_recorded_shares_do_not_fall():
-    """A ratchet under the unmet targets: the source-balanced shares recorded when the held-out sources were
-    added (57% within 25%, 68% within x1.5). A change that lowers them must say why."""
+    """A ratchet under the unmet targets: the source-balanced shares recorded when the fourth held-out source
+    (LMDeploy) was added (58.2% within 25%, 70.1% within x1.5; 57% and 68% before it). A change that lowers them
+    must say why."""
     balanced = validate.summary()["shares"]["source_balanced"]
-    assert balanced["within_25pct"] >= 0.565 and balanced["within_1.5x"] >= 0.675, balanced
+    assert balanced["within_25pct"] >= 0.58 and balanced["within_1.5x"] >= 0.70, balanced
 
 
 def test_published_points_span_gpus_prompts_and_concurrency_and_cite_a_table():
@@ -110,6 +114,33 @@ def test_queued_rows_are_the_ones_whose_requests_do_not_fit_and_their_ttft_shows
     # vLLM runs at most 256 requests (max_num_seqs); the dstack rows past it are set aside, the 256 row is not
     dstack = {p.concurrency: p for p in SERVING_POINTS if p.source_key == "dstack-mi300x"}
     assert validate.queued(dstack[512]) and not validate.queued(dstack[256])
+
+
+def _lmdeploy(model: str, batch: int, prompt: int, output: int):
+    (point,) = [p for p in SERVING_POINTS if p.id.startswith(f"lmdeploy-{model}-") and p.id.endswith(
+        f"-b{batch}-p{prompt}-o{output}")]
+    return point
+
+
+def test_lmdeploy_rows_are_whole_tables_and_queue_by_the_engines_own_block_pool():
+    rows = [p for p in SERVING_POINTS if p.source_key == "lmdeploy-a100"]
+    # every row of the four tables: 4 models x batch 1/16/32/64 x five prompt/output pairs
+    assert len(rows) == 80 and {(p.concurrency, p.prompt, p.output) for p in rows} == {
+        (b, i, o) for b in (1, 16, 32, 64) for i, o in ((1, 128), (128, 128), (128, 2048), (2048, 128), (2048, 2048))}
+    assert all(p.closed_loop and not p.static and p.kv_pool for p in rows)
+    assert all((p.ttft_ms is not None) == (p.concurrency == 1) for p in rows)
+    # 7B's pool is 1,000 blocks of 128 tokens: 32 x (2,048 + 128) needs 32 x 17 = 544 blocks, 64 x 17 = 1,088 do not fit
+    point = _lmdeploy("llama2-7b", 32, 2048, 128)
+    assert not validate.queued(point) and validate.queued(_lmdeploy("llama2-7b", 64, 2048, 128))
+    # the pool, not the cost model's memory budget, decides, in whole blocks per sequence
+    assert not validate.queued(replace(point, kv_pool=(544, 128))) and validate.queued(replace(point, kv_pool=(543, 128)))
+    assert validate.queued(replace(point, kv_pool=(1000, 64)))  # 34 blocks of 64 each: 1,088
+    # 32 x 4,096 tokens need 1,024 blocks: set aside, though only the last tokens of the answers overflow
+    assert validate.queued(_lmdeploy("llama2-7b", 32, 2048, 2048))
+    # the 70B's 4,000 blocks hold every row
+    assert not any(validate.queued(p) for p in rows if p.model.name == "llama2-70b")
+    # where the engine's pool overflowed far, the published first-token wait shows it (a minute and more)
+    assert all(validate.queued(p) for p in rows if p.published_ttft_ms > 60_000)
 
 
 @pytest.mark.parametrize("model,prompt,output,concurrency", NIM_KV_EVIDENCE)
