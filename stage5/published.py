@@ -337,6 +337,41 @@ LMDEPLOY_A100 = {
 }
 LMDEPLOY_BLOCK_TOKENS = 128
 
+# FasterTransformer's GPT guide (github.com/NVIDIA/FasterTransformer, docs/gpt_guide.md, section "Performance" >
+# "Performance of Megatron-530B", added in v5.0, commit a44c381, 2022-04-15): end-to-end latency of a static batch
+# (prefill, then every output token) on an A100 SuperPOD, "8xA100-80GBs ... linked by NVSwitch" per node and nodes
+# "linked by Infiniband, 8x200Gb/s NICs", FP16, sampling top_p 0.9. The one published table in the course past one
+# NVLink domain: tensor parallelism over 16 GPUs (two nodes) and 32 (four). Every row of the table; its third column
+# (TP 8 x PP 3, three nodes) is not priced (:data:`NOT_PRICED`): FasterTransformer picks the microbatch size itself
+# ("adjust the micro batch size automatically", same guide, "Optimization"), and the page does not say which.
+MEGATRON_530B = ModelConfig(
+    # The section's settings: head_num 128, size_per_head 160 (hidden 20,480), num_layers 105, vocab 51,200; the
+    # checkpoint's layout (docs/models/megatron-530b-model.md: a TP-16 shard holds qkv 3,840 x 20,480 = three
+    # 128-head projections / 16, so every head has its own K and V; MLP dense_h_to_4h 5,120 = 4 x 20,480 / 16; biases
+    # on every projection; LayerNorm with bias before attention and MLP; a learned 2,048-position table; the output
+    # head is the word embedding, Megatron's GPT ties them). GELU MLP, not gated.
+    name="megatron-530b", vocab_size=51200, hidden_size=20480, num_layers=105, num_heads=128, num_kv_heads=128,
+    head_dim=160, intermediate_size=81920, gated_mlp=False, norm="layernorm", qkv_bias=True, linear_bias=True,
+    tie_embeddings=True, learned_positions=2048, max_position_embeddings=2048)
+# {(input, output): ((batch, ms at TP 16, ms at TP 32, ms at TP 8 x PP 3), ...)}; None where the page says OOM.
+FT_530B = {
+    (20, 8): ((1, 565, 431, 842), (2, 598, 455, 860), (4, 616, 493, 867), (8, 660, 523, 929), (16, 730, 575, 1049),
+              (32, 865, 672, 1283), (64, 1191, 942, 1722), (128, 1862, 1431, 2124), (256, 3341, 2483, 3140)),
+    (60, 20): ((1, 1379, 1037, 2085), (2, 1515, 1110, 2122), (4, 1512, 1198, 2184), (8, 1631, 1295, 2367),
+               (16, 1868, 1454, 2753), (32, 2361, 1804, 3543), (64, 3383, 2646, 4117), (128, 5406, 4099, 5319),
+               (256, None, 7203, 8318)),
+    (128, 8): ((1, 585, 451, 866), (2, 667, 508, 932), (4, 765, 606, 1097), (8, 990, 766, 1434), (16, 1377, 1074, 2104),
+               (32, 2251, 1741, 2623), (64, 4002, 3114, 3578), (128, None, 5784, 5512), (256, None, 11232, 9614)),
+}
+_FT = "FasterTransformer gpt_guide.md, table 'Performance of Megatron-530B'"
+# Published rows the report cannot price, with the reason: (source key, row, reason).
+NOT_PRICED: tuple[tuple[str, str, str], ...] = (
+    *(("ft-530b", f"TP 8 x PP 3, batch {b}, {i} in, {o} out: {pp} ms", "pipeline parallel with an unstated microbatch "
+       "size (validate prices tensor parallelism only)") for (i, o), t in FT_530B.items() for b, _, _, pp in t),
+    *(("ft-530b", f"TP {tp}, batch {b}, {i} in, {o} out: OOM", "no measurement (out of memory)")
+      for (i, o), t in FT_530B.items() for b, m16, m32, _ in t for tp, ms in ((16, m16), (32, m32)) if ms is None),
+)
+
 SOURCES: dict[str, Source] = {s.key: s for s in (
     Source("nim", "NVIDIA NIM 1.8.0 (TensorRT-LLM)", "docs.nvidia.com/nim/benchmarking/llm/1.0.0/performance",
            "NIM 1.8.0, AIPerf", "Llama 3.3 70B FP8 on 2 x H100 (TP2), Llama 3.1 8B FP8 on 1 x H100; five prompt/output "
@@ -359,6 +394,9 @@ SOURCES: dict[str, Source] = {s.key: s for s in (
            "(commit ebe90bc9)", "v0.1.0a1, CUDA 11.8", "Llama 2 7B/13B, InternLM 20B (TP2), Llama 2 70B (TP4), FP16 on "
            "A100-80GB; 1-64 clients in a closed loop, prompts 1/128/2,048, outputs 128/2,048; profile_generation.py",
            in_sample=False),
+    Source("ft-530b", "FasterTransformer v5.0 (static batches)", "github.com/NVIDIA/FasterTransformer docs/gpt_guide.md "
+           "(commit a44c381)", "v5.0", "Megatron-530B FP16 on 16 and 32 A100-80GB (TP over two and four nodes, "
+           "InfiniBand 8 x 200 Gb/s per node); batch 1-256, 20/60/128 in, 8/20 out", in_sample=False),
 )}
 # vLLM's EngineArgs default max_num_seqs is 256 (vllm/engine/arg_utils.py, v0.5-0.6): past it requests wait.
 
@@ -395,4 +433,9 @@ SERVING_POINTS: tuple[ServingPoint, ...] = (
                    1e3 * ftl, batch_ms=1e3 * b * o / toks, source_key="lmdeploy-a100",
                    kv_pool=(blocks, LMDEPLOY_BLOCK_TOKENS), closed_loop=True)
       for (m, tp, blocks), table in LMDEPLOY_A100.items() for b, i, o, toks, ftl in table),
+    *(ServingPoint(f"ft-{MEGATRON_530B.name}-A100-80GB-bf16-tp{tp}-b{b}-p{i}-o{o}", MEGATRON_530B, "A100-80GB", tp,
+                   "bf16", "bf16", b, i, o, None, None, f"{_FT}: batch {b}, {i} in, {o} out, TP {tp}, latency {ms} ms",
+                   batch_ms=float(ms), source_key="ft-530b")
+      for (i, o), table in FT_530B.items() for b, m16, m32, _ in table for tp, ms in ((16, m16), (32, m32))
+      if ms is not None),
 )
