@@ -106,11 +106,14 @@ class ServingPoint:
     published_ttft_ms: float | None = None
     batch_ms: float | None = None
     source_key: str = ""
+    kv_pool: tuple[int, int] | None = None  # the engine's KV pool where the setup fixes it: (blocks, tokens per block)
+    closed_loop: bool = False  # batch_ms from clients that each send the next request when the last ends
 
     @property
     def static(self) -> bool:
-        """A static batch: all requests start together and none waits (no queueing rule applies)."""
-        return self.batch_ms is not None
+        """A static batch: all requests start together and none waits (no queueing rule applies). A closed loop
+        (``closed_loop``) reports a throughput too, but its requests are scheduled by the engine and can wait."""
+        return self.batch_ms is not None and not self.closed_loop
 
 
 @dataclass(frozen=True)
@@ -271,6 +274,104 @@ DSTACK_MI300X = ((1, 85, 314.58, 50.19), (2, 127, 372.80, 51.59), (4, 288, 397.5
                  (1024, 60121, 58452.87, 435.60), (2048, 119667, 128150.28, 461.09),
                  (4096, 238678, 279193.20, 487.04))
 
+# LMDeploy's "Benchmark on A100 (FP16)" page (github.com/InternLM/lmdeploy, docs/en/benchmark/a100_fp16.md as added
+# in commit ebe90bc9, 2023-12-06, "Report the inference benchmark of models with different size (#794)"; the page
+# names the version tested, v0.1.0a1): section "Static Inference Benchmark", one table per model, TurboMind engine,
+# FP16 (priced as 16-bit, as the A100 rows above), A100-80G, CUDA 11.8. Every row of the four tables.
+# How a row was measured (benchmark/profile_generation.py at that commit): `batch` client threads each send six
+# requests one after another (test_round 6, after a warm-up round), every request the same random prompt of
+# prompt_tokens ids and exactly output_tokens outputs (ignore_eos); "throughput(out tok/s)" is all output tokens
+# over the wall time, so one round of `batch` requests takes batch x output / throughput (the throughput metric);
+# FTL(ave) is the mean first-token latency. The engine schedules the clients' requests continuously, so they can
+# wait: its KV pool is fixed by the page's scripts (benchmark/benchmark_{7b,13b,20b,70b}.sh, `cache_max_entry_count`
+# 1000, 500, 700 and 4000, a count of blocks when >= 1 in v0.1.0a1's BlockManager, of cache_block_seq_len 128
+# tokens, the converter's default). Not used: the per-token latency percentiles (profile_generation.py sets the
+# latency of every token after the first of a streamed chunk to 0, so they are not step times), mem(GB), FTL min
+# and max, and the page's "Request Throughput Benchmark" (ShareGPT prompts of varying lengths, not one length the
+# model can price).
+LLAMA2_13B = _llama2("llama2-13b", 5120, 40, 40, 40, 13824)  # gpt-fast model.py "13B": FFN find_multiple(2*4*5120/3, 256)
+INTERNLM_20B = ModelConfig(
+    # internlm/internlm-chat-20b config.json (InternLMForCausalLM): vocab 103,168, hidden 5,120, 60 layers, 40 heads of
+    # 128, 40 KV heads, SwiGLU FFN 13,824, "bias": false, RMSNorm, rotary, untied. The 4,096-token context is the
+    # base model's max_position_embeddings, which the page's 2,048 + 2,048 rows need.
+    name="internlm-20b", vocab_size=103168, hidden_size=5120, num_layers=60, num_heads=40, num_kv_heads=40,
+    head_dim=128, intermediate_size=13824, max_position_embeddings=4096)
+# {(model, tp, KV pool blocks): ((batch, prompt, output, out tokens/s, FTL ave s), ...)}
+LMDEPLOY_A100 = {
+    (LLAMA2_7B, 1, 1000): (
+        (1, 1, 128, 100.02, 0.011), (1, 128, 128, 102.21, 0.022), (1, 128, 2048, 98.92, 0.022),
+        (1, 2048, 128, 86.1, 0.139), (1, 2048, 2048, 93.78, 0.14),
+        (16, 1, 128, 1504.72, 0.021), (16, 128, 128, 1272.47, 0.129), (16, 128, 2048, 1010.62, 0.13),
+        (16, 2048, 128, 348.87, 2.897), (16, 2048, 2048, 601.63, 2.678),
+        (32, 1, 128, 2136.73, 0.079), (32, 128, 128, 2125.47, 0.214), (32, 128, 2048, 1462.12, 0.2),
+        (32, 2048, 128, 450.43, 4.288), (32, 2048, 2048, 733.34, 4.118),
+        (64, 1, 128, 4154.81, 0.042), (64, 128, 128, 3024.07, 0.44), (64, 128, 2048, 1852.06, 0.535),
+        (64, 2048, 128, 493.46, 6.59), (64, 2048, 2048, 755.65, 39.105)),
+    (LLAMA2_13B, 1, 500): (
+        (1, 1, 128, 57.49, 0.018), (1, 128, 128, 56.58, 0.04), (1, 128, 2048, 55.29, 0.04),
+        (1, 2048, 128, 48.99, 0.242), (1, 2048, 2048, 52.12, 0.243),
+        (16, 1, 128, 869.45, 0.036), (16, 128, 128, 757.3, 0.252), (16, 128, 2048, 605.88, 0.253),
+        (16, 2048, 128, 257.92, 3.442), (16, 2048, 2048, 366.67, 3.122),
+        (32, 1, 128, 1667.5, 0.034), (32, 128, 128, 1301.27, 0.461), (32, 128, 2048, 860.14, 0.833),
+        (32, 2048, 128, 291.54, 5.315), (32, 2048, 2048, 389.64, 38.725),
+        (64, 1, 128, 3049.16, 0.044), (64, 128, 128, 2033.22, 0.703), (64, 128, 2048, 998.86, 7.805),
+        (64, 2048, 128, 286.32, 19.69), (64, 2048, 2048, 387.86, 190.453)),
+    (INTERNLM_20B, 2, 700): (
+        (1, 1, 128, 61.14, 0.018), (1, 128, 128, 60.03, 0.042), (1, 128, 2048, 58.26, 0.042),
+        (1, 2048, 128, 51.93, 0.217), (1, 2048, 2048, 56.36, 0.217),
+        (16, 1, 128, 903.01, 0.034), (16, 128, 128, 794.13, 0.227), (16, 128, 2048, 669.87, 0.227),
+        (16, 2048, 128, 288.60, 3.09), (16, 2048, 2048, 441.46, 3.172),
+        (32, 1, 128, 1673.64, 0.037), (32, 128, 128, 1347.57, 0.351), (32, 128, 2048, 1025.62, 0.391),
+        (32, 2048, 128, 352.45, 6.062), (32, 2048, 2048, 514.60, 10.36),
+        (64, 1, 128, 2954.34, 0.05), (64, 128, 128, 2122.92, 0.591), (64, 128, 2048, 1276.61, 2.529),
+        (64, 2048, 128, 350.82, 12.382), (64, 2048, 2048, 512.37, 111.149)),
+    (LLAMA2_70B, 4, 4000): (
+        (1, 1, 128, 33.94, 0.031), (1, 128, 128, 33.63, 0.074), (1, 128, 2048, 32.38, 0.074),
+        (1, 2048, 128, 28.32, 0.402), (1, 2048, 2048, 31.9, 0.405),
+        (16, 1, 128, 468.52, 0.071), (16, 128, 128, 439.77, 0.437), (16, 128, 2048, 482.99, 0.403),
+        (16, 2048, 128, 189.34, 5.776), (16, 2048, 2048, 399.42, 5.773),
+        (32, 1, 128, 906.03, 0.098), (32, 128, 128, 746.36, 0.749), (32, 128, 2048, 853.56, 0.732),
+        (32, 2048, 128, 232.6, 11.834), (32, 2048, 2048, 636.23, 11.711),
+        (64, 1, 128, 1425.79, 0.213), (64, 128, 128, 1159.84, 1.292), (64, 128, 2048, 1391.8, 1.173),
+        (64, 2048, 128, 270.47, 17.402), (64, 2048, 2048, 930.46, 21.29)),
+}
+LMDEPLOY_BLOCK_TOKENS = 128
+
+# FasterTransformer's GPT guide (github.com/NVIDIA/FasterTransformer, docs/gpt_guide.md, section "Performance" >
+# "Performance of Megatron-530B", added in v5.0, commit a44c381, 2022-04-15): end-to-end latency of a static batch
+# (prefill, then every output token) on an A100 SuperPOD, "8xA100-80GBs ... linked by NVSwitch" per node and nodes
+# "linked by Infiniband, 8x200Gb/s NICs", FP16, sampling top_p 0.9. The one published table in the course past one
+# NVLink domain: tensor parallelism over 16 GPUs (two nodes) and 32 (four). Every row of the table; its third column
+# (TP 8 x PP 3, three nodes) is not priced (:data:`NOT_PRICED`): FasterTransformer picks the microbatch size itself
+# ("adjust the micro batch size automatically", same guide, "Optimization"), and the page does not say which.
+MEGATRON_530B = ModelConfig(
+    # The section's settings: head_num 128, size_per_head 160 (hidden 20,480), num_layers 105, vocab 51,200; the
+    # checkpoint's layout (docs/models/megatron-530b-model.md: a TP-16 shard holds qkv 3,840 x 20,480 = three
+    # 128-head projections / 16, so every head has its own K and V; MLP dense_h_to_4h 5,120 = 4 x 20,480 / 16; biases
+    # on every projection; LayerNorm with bias before attention and MLP; a learned 2,048-position table; the output
+    # head is the word embedding, Megatron's GPT ties them). GELU MLP, not gated.
+    name="megatron-530b", vocab_size=51200, hidden_size=20480, num_layers=105, num_heads=128, num_kv_heads=128,
+    head_dim=160, intermediate_size=81920, gated_mlp=False, norm="layernorm", qkv_bias=True, linear_bias=True,
+    tie_embeddings=True, learned_positions=2048, max_position_embeddings=2048)
+# {(input, output): ((batch, ms at TP 16, ms at TP 32, ms at TP 8 x PP 3), ...)}; None where the page says OOM.
+FT_530B = {
+    (20, 8): ((1, 565, 431, 842), (2, 598, 455, 860), (4, 616, 493, 867), (8, 660, 523, 929), (16, 730, 575, 1049),
+              (32, 865, 672, 1283), (64, 1191, 942, 1722), (128, 1862, 1431, 2124), (256, 3341, 2483, 3140)),
+    (60, 20): ((1, 1379, 1037, 2085), (2, 1515, 1110, 2122), (4, 1512, 1198, 2184), (8, 1631, 1295, 2367),
+               (16, 1868, 1454, 2753), (32, 2361, 1804, 3543), (64, 3383, 2646, 4117), (128, 5406, 4099, 5319),
+               (256, None, 7203, 8318)),
+    (128, 8): ((1, 585, 451, 866), (2, 667, 508, 932), (4, 765, 606, 1097), (8, 990, 766, 1434), (16, 1377, 1074, 2104),
+               (32, 2251, 1741, 2623), (64, 4002, 3114, 3578), (128, None, 5784, 5512), (256, None, 11232, 9614)),
+}
+_FT = "FasterTransformer gpt_guide.md, table 'Performance of Megatron-530B'"
+# Published rows the report cannot price, with the reason: (source key, row, reason).
+NOT_PRICED: tuple[tuple[str, str, str], ...] = (
+    *(("ft-530b", f"TP 8 x PP 3, batch {b}, {i} in, {o} out: {pp} ms", "pipeline parallel with an unstated microbatch "
+       "size (validate prices tensor parallelism only)") for (i, o), t in FT_530B.items() for b, _, _, pp in t),
+    *(("ft-530b", f"TP {tp}, batch {b}, {i} in, {o} out: OOM", "no measurement (out of memory)")
+      for (i, o), t in FT_530B.items() for b, m16, m32, _ in t for tp, ms in ((16, m16), (32, m32)) if ms is None),
+)
+
 SOURCES: dict[str, Source] = {s.key: s for s in (
     Source("nim", "NVIDIA NIM 1.8.0 (TensorRT-LLM)", "docs.nvidia.com/nim/benchmarking/llm/1.0.0/performance",
            "NIM 1.8.0, AIPerf", "Llama 3.3 70B FP8 on 2 x H100 (TP2), Llama 3.1 8B FP8 on 1 x H100; five prompt/output "
@@ -289,6 +390,13 @@ SOURCES: dict[str, Source] = {s.key: s for s in (
            "github.com/dstackai/benchmarks amd/inference/vllm/data/serving_benchmarks_vllm_80.txt",
            "vLLM 0.6.3.dev116, ROCm 6.1", "Llama 3.1 405B BF16 on 8 x MI300X (TP8), 80-token prompts, 1-4,096 "
            "requests sent at once", in_sample=False, memory_policy="card", max_running=256),
+    Source("lmdeploy-a100", "LMDeploy v0.1.0a1 (TurboMind)", "github.com/InternLM/lmdeploy docs/en/benchmark/a100_fp16.md "
+           "(commit ebe90bc9)", "v0.1.0a1, CUDA 11.8", "Llama 2 7B/13B, InternLM 20B (TP2), Llama 2 70B (TP4), FP16 on "
+           "A100-80GB; 1-64 clients in a closed loop, prompts 1/128/2,048, outputs 128/2,048; profile_generation.py",
+           in_sample=False),
+    Source("ft-530b", "FasterTransformer v5.0 (static batches)", "github.com/NVIDIA/FasterTransformer docs/gpt_guide.md "
+           "(commit a44c381)", "v5.0", "Megatron-530B FP16 on 16 and 32 A100-80GB (TP over two and four nodes, "
+           "InfiniBand 8 x 200 Gb/s per node); batch 1-256, 20/60/128 in, 8/20 out", in_sample=False),
 )}
 # vLLM's EngineArgs default max_num_seqs is 256 (vllm/engine/arg_utils.py, v0.5-0.6): past it requests wait.
 
@@ -319,4 +427,15 @@ SERVING_POINTS: tuple[ServingPoint, ...] = (
                    f"dstack serving_benchmarks_vllm_80.txt, table of serving results, {c} requests: mean TPOT {tpot} ms, "
                    f"mean TTFT {ttft} ms", ttft, source_key="dstack-mi300x")
       for c, gen, ttft, tpot in DSTACK_MI300X),
+    *(ServingPoint(f"lmdeploy-{m.name}-A100-80GB-bf16-tp{tp}-b{b}-p{i}-o{o}", m, "A100-80GB", tp, "bf16", "bf16", b, i,
+                   o, None, 1e3 * ftl if b == 1 else None, f"LMDeploy a100_fp16.md, table 'Static Inference Benchmark', "
+                   f"{m.name}: batch {b}, TP {tp}, {i} in, {o} out, {toks} output tokens/s, FTL(ave) {ftl} s",
+                   1e3 * ftl, batch_ms=1e3 * b * o / toks, source_key="lmdeploy-a100",
+                   kv_pool=(blocks, LMDEPLOY_BLOCK_TOKENS), closed_loop=True)
+      for (m, tp, blocks), table in LMDEPLOY_A100.items() for b, i, o, toks, ftl in table),
+    *(ServingPoint(f"ft-{MEGATRON_530B.name}-A100-80GB-bf16-tp{tp}-b{b}-p{i}-o{o}", MEGATRON_530B, "A100-80GB", tp,
+                   "bf16", "bf16", b, i, o, None, None, f"{_FT}: batch {b}, {i} in, {o} out, TP {tp}, latency {ms} ms",
+                   batch_ms=float(ms), source_key="ft-530b")
+      for (i, o), table in FT_530B.items() for b, m16, m32, _ in table for tp, ms in ((16, m16), (32, m32))
+      if ms is not None),
 )

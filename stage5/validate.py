@@ -25,7 +25,7 @@ import numpy as np
 
 from stage5 import cost
 from stage5.inputs import OneLineParser, dumps
-from stage5.published import SERVING_POINTS, SOURCES, ServingPoint
+from stage5.published import NOT_PRICED, SERVING_POINTS, SOURCES, ServingPoint
 from stage5.quantization import deployment
 
 WITHIN = (0.8, 1.25)  # the tight band, as estimate / measured: within 25%
@@ -94,12 +94,17 @@ def queued(point: ServingPoint) -> bool:
     (:func:`stage5.cost.max_concurrency`, under the engine's memory policy). TensorRT-LLM, NIM's backend, admits a
     request only when its whole prompt and answer are sure to fit (its default capacity policy,
     GUARANTEED_NO_EVICT: TensorRT-LLM performance-tuning guide, "Useful Runtime Options", section "Capacity
-    Scheduler Policy"), so the whole length is what counts. A static batch never queues: it ran as published."""
+    Scheduler Policy"), so the whole length is what counts. A static batch never queues: it ran as published.
+    Where the source's setup fixes the engine's KV pool (:attr:`ServingPoint.kv_pool`, in blocks), that pool counts
+    instead of the cost model's budget, in whole blocks per sequence."""
     if point.static:
         return False
     source = SOURCES.get(point.source_key)
     if source and source.max_running is not None and point.concurrency > source.max_running:
         return True
+    if point.kv_pool is not None:
+        blocks, block_tokens = point.kv_pool
+        return point.concurrency > blocks // -(-(point.prompt + point.output) // block_tokens)
     return point.concurrency > int(cost.max_concurrency(_deployment(point), point.prompt + point.output))
 
 
@@ -190,7 +195,8 @@ def by_concurrency(report: dict[str, object], bands: dict[str, tuple[int, int]])
 def summary(estimate: cost.Estimate | None = None) -> dict[str, object]:
     """The validate report: every row; the pooled share of estimates within :data:`WITHIN`; whether the floor is
     at or below every measurement; the shares per source, metric and GPU, source-balanced, in-sample and held
-    out (:func:`shares`); the sources with their address, version and setup; the rows set aside."""
+    out (:func:`shares`); the sources with their address, version and setup; the rows set aside; the published
+    rows no mode prices, with the reason (:data:`stage5.published.NOT_PRICED`)."""
     table = rows(estimate)
     within = float(np.mean([in_band(r.estimate_ratio) for r in table]))
     return {"points": [r.as_dict() for r in table], "estimate_within_25pct": within,
@@ -199,6 +205,7 @@ def summary(estimate: cost.Estimate | None = None) -> dict[str, object]:
             "sources": {k: {"engine": s.engine, "address": s.address, "version": s.version, "setup": s.setup,
                             "in_sample": s.in_sample} for k, s in SOURCES.items()},
             "set_aside_queued": [p.id for p in excluded()],
+            "not_priced": [{"source": k, "row": row, "reason": why} for k, row, why in NOT_PRICED],
             "static_batches_memory_model_rejects": [p.id for p in SERVING_POINTS if memory_disagrees(p)]}
 
 

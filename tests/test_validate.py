@@ -1,6 +1,7 @@
 """Estimate mode, the published serving points and `python -m stage5 validate`."""
 
 import json
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -16,7 +17,7 @@ def test_validate_json_has_exactly_the_issue_shape(capsys):
     assert main(["validate", "--json"]) == 0
     report = json.loads(capsys.readouterr().out)
     assert set(report) == {"points", "estimate_within_25pct", "floor_is_lower_bound", "shares", "sources",
-                           "set_aside_queued", "static_batches_memory_model_rejects"}
+                           "set_aside_queued", "not_priced", "static_batches_memory_model_rejects"}
     keys = {"id", "metric", "measured", "floor", "estimate", "floor_ratio", "estimate_ratio", "source", "gpu"}
     assert report["points"] and all(set(p) == keys for p in report["points"])
     for p in report["points"]:
@@ -48,7 +49,8 @@ def test_four_or_more_independent_sources_beyond_nim_on_h100():
     assert len(others) >= 4
     assert any(g.startswith("A100") for _, g in used) and any(g == "MI300X" for _, g in used)
     held_out = [k for k, s in SOURCES.items() if not s.in_sample]
-    assert len(held_out) >= 3 and "vllm-ci" in held_out and "dstack-mi300x" in held_out
+    assert len(held_out) >= 4 and {"trtllm-0.6", "vllm-ci", "dstack-mi300x", "lmdeploy-a100", "ft-530b"} <= set(held_out)
+    assert all(k in others for k in held_out), "every held-out source keeps rows after the queueing rule"
 
 
 def test_floor_is_at_or_below_every_published_latency():
@@ -57,26 +59,30 @@ def test_floor_is_at_or_below_every_published_latency():
     assert validate.summary()["floor_is_lower_bound"] is True
 
 
-# Issue 29's targets, source-balanced over the five sources. Not met; each marker is strict, so the test fails
+# Issue 29's targets, source-balanced over the seven sources. Not met; each marker is strict, so the test fails
 # (and the marker must go) the day the estimate reaches its target. The measured shares are in the reasons.
-@pytest.mark.xfail(strict=True, reason="source-balanced, the estimate is within 25% on 57% of points (target 75%): "
-                   "in sample 75% (gpt-fast 71%, NIM 78%), held out 45% (TensorRT-LLM 0.6 35%, vLLM CI 100%, "
-                   "vLLM on MI300X 0%)")
+@pytest.mark.xfail(strict=True, reason="source-balanced, the estimate is within 25% on 54% of points (target 75%): "
+                   "in sample 75% (gpt-fast 71%, NIM 78%), held out 46% (TensorRT-LLM 0.6 35%, vLLM CI 100%, "
+                   "vLLM on MI300X 0%, LMDeploy on A100 65%, FasterTransformer on 16-32 A100 29%)")
 def test_estimate_is_within_25_percent_on_three_quarters_of_points_source_balanced():
     assert validate.summary()["shares"]["source_balanced"]["within_25pct"] >= validate.TARGET_SHARE == 0.75
 
 
-@pytest.mark.xfail(strict=True, reason="source-balanced, the estimate is within x1.5 on 68% of points (target 90%): "
-                   "in sample 91%, held out 53% (TensorRT-LLM 0.6 58%, vLLM CI 100%, vLLM on MI300X 0%)")
+@pytest.mark.xfail(strict=True, reason="source-balanced, the estimate is within x1.5 on 67% of points (target 90%): "
+                   "in sample 91%, held out 58% (TensorRT-LLM 0.6 58%, vLLM CI 100%, vLLM on MI300X 0%, "
+                   "LMDeploy on A100 81%, FasterTransformer on 16-32 A100 51%)")
 def test_estimate_is_within_x1_5_on_nine_tenths_of_points_source_balanced():
     assert validate.summary()["shares"]["source_balanced"]["within_1.5x"] >= validate.TARGET_WIDE_SHARE == 0.9
 
 
 def test_recorded_shares_do_not_fall():
-    """A ratchet under the unmet targets: the source-balanced shares recorded when the held-out sources were
-    added (57% within 25%, 68% within x1.5). A change that lowers them must say why."""
+    """A ratchet under the unmet targets: the source-balanced shares recorded with the fifth held-out source
+    (54.1% within 25%, 67.4% within x1.5). They were 57% and 68% with three held-out sources and 58% and 70% with
+    LMDeploy's; FasterTransformer's rows past one server lowered them (29% and 51% there: the estimate's all-reduce
+    across servers is too slow at large batches, test_past_one_nvlink_domain_*). A change
+    that lowers them must say why."""
     balanced = validate.summary()["shares"]["source_balanced"]
-    assert balanced["within_25pct"] >= 0.565 and balanced["within_1.5x"] >= 0.675, balanced
+    assert balanced["within_25pct"] >= 0.54 and balanced["within_1.5x"] >= 0.67, balanced
 
 
 def test_published_points_span_gpus_prompts_and_concurrency_and_cite_a_table():
@@ -110,6 +116,33 @@ def test_queued_rows_are_the_ones_whose_requests_do_not_fit_and_their_ttft_shows
     # vLLM runs at most 256 requests (max_num_seqs); the dstack rows past it are set aside, the 256 row is not
     dstack = {p.concurrency: p for p in SERVING_POINTS if p.source_key == "dstack-mi300x"}
     assert validate.queued(dstack[512]) and not validate.queued(dstack[256])
+
+
+def _lmdeploy(model: str, batch: int, prompt: int, output: int):
+    (point,) = [p for p in SERVING_POINTS if p.id.startswith(f"lmdeploy-{model}-") and p.id.endswith(
+        f"-b{batch}-p{prompt}-o{output}")]
+    return point
+
+
+def test_lmdeploy_rows_are_whole_tables_and_queue_by_the_engines_own_block_pool():
+    rows = [p for p in SERVING_POINTS if p.source_key == "lmdeploy-a100"]
+    # every row of the four tables: 4 models x batch 1/16/32/64 x five prompt/output pairs
+    assert len(rows) == 80 and {(p.concurrency, p.prompt, p.output) for p in rows} == {
+        (b, i, o) for b in (1, 16, 32, 64) for i, o in ((1, 128), (128, 128), (128, 2048), (2048, 128), (2048, 2048))}
+    assert all(p.closed_loop and not p.static and p.kv_pool for p in rows)
+    assert all((p.ttft_ms is not None) == (p.concurrency == 1) for p in rows)
+    # 7B's pool is 1,000 blocks of 128 tokens: 32 x (2,048 + 128) needs 32 x 17 = 544 blocks, 64 x 17 = 1,088 do not fit
+    point = _lmdeploy("llama2-7b", 32, 2048, 128)
+    assert not validate.queued(point) and validate.queued(_lmdeploy("llama2-7b", 64, 2048, 128))
+    # the pool, not the cost model's memory budget, decides, in whole blocks per sequence
+    assert not validate.queued(replace(point, kv_pool=(544, 128))) and validate.queued(replace(point, kv_pool=(543, 128)))
+    assert validate.queued(replace(point, kv_pool=(1000, 64)))  # 34 blocks of 64 each: 1,088
+    # 32 x 4,096 tokens need 1,024 blocks: set aside, though only the last tokens of the answers overflow
+    assert validate.queued(_lmdeploy("llama2-7b", 32, 2048, 2048))
+    # the 70B's 4,000 blocks hold every row
+    assert not any(validate.queued(p) for p in rows if p.model.name == "llama2-70b")
+    # where the engine's pool overflowed far, the published first-token wait shows it (a minute and more)
+    assert all(validate.queued(p) for p in rows if p.published_ttft_ms > 60_000)
 
 
 @pytest.mark.parametrize("model,prompt,output,concurrency", NIM_KV_EVIDENCE)
@@ -254,3 +287,34 @@ def test_concurrency_bands_partition_the_points_and_agree_with_the_share():
     in_band = sum(n * pct / 100 for n, pct, _ in bands.values())
     assert in_band == pytest.approx(report["estimate_within_25pct"] * len(report["points"]))
     assert all(validate.WITHIN[0] / 4 < median < validate.WITHIN[1] * 4 for _, _, median in bands.values())
+
+
+def test_past_one_nvlink_domain_the_floor_holds_and_the_estimate_is_close_only_at_small_batches():
+    """FasterTransformer's Megatron-530B table, tensor parallel over 16 and 32 A100s on two and four servers: the one
+    published check of the model past one NVLink domain (chapter 11 states what it shows)."""
+    from stage5.hardware import get_gpu
+    from stage5.published import FT_530B, NOT_PRICED
+
+    a100 = get_gpu("A100-80GB")
+    rows = {r.id: r for r in validate.rows() if r.source == "ft-530b"}
+    points = {p.id: p for p in SERVING_POINTS if p.source_key == "ft-530b"}
+    # every measured cell of the TP 16 and TP 32 columns is a point; the OOM cells and the PP column are listed
+    cells = [(b, tp) for t in FT_530B.values() for b, m16, m32, _ in t for tp, ms in ((16, m16), (32, m32))]
+    oom = sum(ms is None for t in FT_530B.values() for _, m16, m32, _ in t for ms in (m16, m32))
+    assert len(points) == len(rows) == len(cells) - oom and oom == 3
+    listed = [row for key, row, _ in NOT_PRICED if key == "ft-530b"]
+    assert len(listed) == 27 + oom and sum("PP 3" in r for r in listed) == 27
+    # every point crosses servers, and its all-reduces at batch 256 take the ring across nodes
+    assert all(p.num_gpus > a100.nvlink_domain for p in points.values())
+    assert cost.allreduce_algorithm(a100, 16, 256 * 20 * 20480 * 2) == "ring across nodes"
+    # the floor holds on every point; the estimate is within x1.5 on every batch-1 row, too slow by more at batch 256
+    # (chapter 11 states both; a change to the network term must update it and this test)
+    assert all(r.floor <= r.measured for r in rows.values())
+    alone = [r for i, r in rows.items() if points[i].concurrency == 1]
+    biggest = [r for i, r in rows.items() if points[i].concurrency == 256]
+    assert len(alone) == 6 and all(validate.in_wide_band(r.estimate_ratio) for r in alone)
+    assert biggest and all(r.estimate_ratio > validate.WIDE[1] for r in biggest)
+    # without the all-reduce term the estimate at batch 256 comes back within x1.5: the excess is that term
+    off = cost.Estimate().without("allreduce")
+    assert all(validate.in_wide_band(validate.predict_ms(points[r.id], "batch_ms", "estimate", off) / r.measured)
+               for r in biggest)
