@@ -145,12 +145,28 @@ class SandboxKernelManager(AsyncKernelManager):
                 p.kill()
             except psutil.NoSuchProcess:
                 pass
+        _wait_dead(procs)
 
     async def _async_interrupt_kernel(self) -> None:
         # the launched process is bwrap, which does not forward SIGINT: signal the kernel directly
         self.signal_kernel_process(signal.SIGINT)
 
     interrupt_kernel = _async_interrupt_kernel
+
+
+def _wait_dead(procs: list[psutil.Process], limit_s: float = 10.0) -> None:
+    """Return once every process is gone or a zombie: SIGKILL is delivered asynchronously, and on a busy machine a
+    killed process can still be scheduled for a moment. ``limit_s`` only bounds the wait for a process the kernel
+    cannot reap at once (in uninterruptible I/O); what is left then dies on its own."""
+    deadline = time.monotonic() + limit_s
+    for p in procs:
+        while time.monotonic() < deadline:
+            try:
+                if p.status() == psutil.STATUS_ZOMBIE:
+                    break
+            except psutil.NoSuchProcess:
+                break
+            time.sleep(0.01)
 
 
 # What every sandbox this process ran has used, added up as each is killed (hub/measure_class.py reads it).

@@ -22,6 +22,42 @@ if os.environ.get("CI"):
     settings.load_profile("ci")
 
 
+# ------------------------------------------------------------------ sharing the work between xdist's workers
+# `make test` runs two workers (pytest -n 2). xdist's own grouping (--dist loadgroup) reads item._nodeid, which
+# pytest 9 no longer uses, so the course names its units here: the files that read the one book build run on one
+# worker (the book is built once), and every other file stays whole (a module's graded class is set up once).
+BOOK_FILES = ("tests/test_book.py", "tests/test_book_robustness.py", "tests/test_predictions.py")
+# Longest units first, so neither worker is left with one at the end (a scheduling hint; any order is correct).
+LONG_FIRST = ("book", "tests/test_grading_ex02.py", "tests/test_grading_load.py", "tests/test_grading_ex03.py",
+              "tests/test_grading.py", "tests/test_grading_hostile.py", "tests/test_hub.py")
+
+
+def _unit(nodeid: str) -> str:
+    path = nodeid.split("::", 1)[0]
+    return "book" if path in BOOK_FILES else path
+
+
+def pytest_xdist_make_scheduler(config, log):  # noqa: ANN001, ANN201 - xdist's hook
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ByUnit(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return _unit(nodeid)
+
+    return ByUnit(config, log)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    strays = [item.nodeid for item in items
+              if "built_book" in getattr(item, "fixturenames", ()) and _unit(item.nodeid) != "book"]
+    if strays:
+        raise pytest.UsageError(f"{strays[0]} uses the book build: add its file to BOOK_FILES in tests/conftest.py")
+    if os.environ.get("PYTEST_XDIST_WORKER"):  # every worker sorts alike (xdist checks they collected the same)
+        rank = {unit: i for i, unit in enumerate(LONG_FIRST)}
+        items.sort(key=lambda item: rank.get(_unit(item.nodeid), len(rank)))
+
+
 @pytest.fixture(scope="module")
 def model64():
     """The tiny random model in float64, so greedy ties cannot flip between batch shapes."""
