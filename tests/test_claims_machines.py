@@ -89,7 +89,10 @@ def test_chunking_words_match_their_numbers(itl, tpot, ttft, cost):
         assert words["ttft_words"] == f"{1 / ttft:.1f}× shorter"
     else:
         assert words["ttft_words"].startswith("about as long")
-    assert words["throughput_words"].startswith(f"{100 * abs(cost):.0f}% ")
+    if abs(cost) > 0.05:
+        assert words["throughput_words"].startswith(f"{100 * abs(cost):.0f}% ")
+    else:
+        assert words["throughput_words"] == f"about the same ({100 * abs(cost):.0f}% apart)"
     assert ("lower" in words["throughput_words"]) == (cost > 0.05)
     assert ("higher" in words["throughput_words"]) == (cost < -0.05)
     assert "because" not in " ".join(words.values())
@@ -154,7 +157,8 @@ def test_knee_verdict_for_every_shape_of_result(rates, ttft, tput, sat, verdict)
     assert words["where"].endswith(", not past it.") == (not past)
 
 
-@pytest.mark.parametrize("shares", [(0.8, 0.85, 0.9), (0.6, 0.75, 0.8, 0.9, 0.72), (0.5, 0.6, 0.68), (0.2,)])
+@pytest.mark.parametrize("shares", [(0.8, 0.85, 0.9), (0.6, 0.75, 0.8, 0.9, 0.72), (0.5, 0.6, 0.68), (0.2,),
+                                    (0.42, 1.04, 1.99), (0.9, 1.2, 0.95)])
 def test_batch_one_share_words_match_the_rounds(shares):
     """Chapter 2's verdict from shares measured round by round: "every round" only when every round says it."""
     words = claims.describe_share(shares)
@@ -165,6 +169,11 @@ def test_batch_one_share_words_match_the_rounds(shares):
     if median is not None:
         assert words["median_pct"] == f"{100 * median:.0f}%"
         assert words["bound"].startswith("not clearly") == (median < 0.7)
+    # a share over 100% (the stream timed slower than the step) is explained, never shown without a word
+    over = sum(s > 1 for s in shares)
+    assert ("above 100%" in words["spread_note"]) == (over > 0)
+    if over:
+        assert words["spread_note"].startswith(f"{over} of the {len(shares)} rounds")
 
 
 def test_share_is_measured_round_by_round_on_a_small_model():
