@@ -160,3 +160,24 @@ def test_the_crossover_answer_is_a_context_the_model_serves():
     name, gpu, n, batch = model.group(1), model.group(2), int(model.group(3)), int(model.group(4))
     x = float(lc.kv_weight_crossover_context(cost.Deployment.of(name, gpu, n), batch))
     assert x <= get_model(name).max_position_embeddings, f"Q12: {x:,.0f} tokens exceed {name}'s context"
+
+
+def test_unit_slips_left_to_grading_are_named_in_the_question_and_in_the_visible_check():
+    """ex01's A3 (bits for bytes, 8x) and A4 (decimal GB for binary GiB, 7%) slips pass any visible bound that would
+    not give the answer away: the question names the unit asked and the one not asked, and the visible check says
+    the slip is checked only at grading (tests/test_grading.py's bits_gb fixture shows the hidden check naming
+    each)."""
+    cells = _notebook("exercises", "ex01")["cells"]
+
+    def after_question(tag):
+        i = next(i for i, c in enumerate(cells) if "".join(c["source"]).startswith(f"**{tag}.**"))
+        return "".join(cells[i]["source"]), next("".join(c["source"]) for c in cells[i + 1:]
+                                                 if c["metadata"].get("nbgrader", {}).get("grade")
+                                                 and not c["metadata"]["nbgrader"].get("solution"))
+
+    question, check = after_question("A3")
+    assert "in **bytes**, not bits" in question
+    assert "Bits counted for bytes" in check and "checked only at grading" in check
+    question, check = after_question("A4")
+    assert "binary **GiB** (2³⁰ bytes), not decimal GB (10⁹ bytes)" in question
+    assert "Decimal GB where GiB is asked" in check and "checked only at grading" in check
