@@ -135,15 +135,3 @@ def test_stashed_copies_of_an_answer_are_blocked_too():
         assert cheat(m, 2) == m.kv_bytes_per_token(2)  # restored
     assert stash[0] is original and table["kv"] is original and Stash.kv is original
     assert via_default.__defaults__ == (2, original)
-
-
-def test_bits_for_bytes_is_named_even_where_query_heads_give_the_same_ratio():
-    """Qwen2.5 72B has 8 query heads per KV head, so counting bits and using query heads are both 8x: the hint
-    names both (ex01 A3), and names bits alone where the heads ratio differs."""
-    q, llama = get_model("qwen2.5-72b"), get_model("llama3-8b")
-    assert q.num_heads == 8 * q.num_kv_heads
-    text = diagnose(8 * q.kv_bytes_per_token(2), q.kv_bytes_per_token(2), misconceptions=kv_misconceptions(q))
-    assert "query heads" in text and "bits instead of bytes" in text
-    text = diagnose(8 * llama.kv_bytes_per_token(2), llama.kv_bytes_per_token(2),
-                    misconceptions=kv_misconceptions(llama))
-    assert "bits instead of bytes" in text and "query heads" not in text

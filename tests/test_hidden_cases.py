@@ -181,3 +181,17 @@ def test_unit_slips_left_to_grading_are_named_in_the_question_and_in_the_visible
     question, check = after_question("A4")
     assert "binary **GiB** (2³⁰ bytes), not decimal GB (10⁹ bytes)" in question
     assert "Decimal GB where GiB is asked" in check and "checked only at grading" in check
+
+
+def test_bits_for_bytes_is_named_even_where_query_heads_give_the_same_ratio():
+    """Qwen2.5 72B has 8 query heads per KV head, so counting bits and using query heads are both 8x: the hint
+    names both (ex01 A3), and names bits alone where the heads ratio differs."""
+    from stage5.grading import diagnose, kv_misconceptions
+
+    q, llama = get_model("qwen2.5-72b"), get_model("llama3-8b")
+    assert q.num_heads == 8 * q.num_kv_heads
+    text = diagnose(8 * q.kv_bytes_per_token(2), q.kv_bytes_per_token(2), misconceptions=kv_misconceptions(q))
+    assert "query heads" in text and "bits instead of bytes" in text
+    text = diagnose(8 * llama.kv_bytes_per_token(2), llama.kv_bytes_per_token(2),
+                    misconceptions=kv_misconceptions(llama))
+    assert "bits instead of bytes" in text and "query heads" not in text
