@@ -8,6 +8,7 @@ the repository-root ``nbgrader_config.py``) the ``nbgrader`` command line:
   (``grader/`` by default; git-ignored);
 * each kernel in a sandbox with a CPU-time budget per cell, restored test cells, outputs capped in size, and
   feedback that shows neither hidden tests nor the tracebacks of test cells;
+* feedback that says "to be marked by your instructor" on answers no one has marked yet (``feedback_page.py``);
 * feedback that is inert: learner outputs and markdown pass nbconvert's bleach sanitizer (no script, event
   attribute, ``javascript:`` URL, iframe, object, embed or SVG; JavaScript outputs dropped), and long lines wrap.
 """
@@ -19,6 +20,8 @@ import shutil
 import sys
 from pathlib import Path
 
+from feedback_page import GetGradesToMark
+from feedback_page import configure as configure_feedback_page
 from nbconvert.filters.markdown_mistune import markdown2html_mistune
 from nbconvert.preprocessors import (
     ClearMetadataPreprocessor,
@@ -36,7 +39,6 @@ from nbgrader.preprocessors import (
     ClearHiddenTests,
     ClearOutput,
     DeduplicateIds,
-    GetGrades,
     IgnorePattern,
     LimitOutput,
     OverwriteKernelspec,
@@ -179,7 +181,7 @@ def make_config(work_dir: str | Path | None = None, root: str | Path = REPO,
     c.Autograde.autograde_preprocessors = [SandboxedExecute, LimitOutput, TruncateOutput, IgnorePattern,
                                            ClearMetadataPreprocessor, SaveAutoGrades, AssignLatePenalties,
                                            CheckCellMetadata]
-    c.GenerateFeedback.preprocessors = [GetGrades, ClearHiddenTests, StripTestTracebacks, TruncateOutput,
+    c.GenerateFeedback.preprocessors = [GetGradesToMark, ClearHiddenTests, StripTestTracebacks, TruncateOutput,
                                         SanitizeHTML, CSSHTMLHeaderPreprocessor, WrapLongLines]
     c.SanitizeHTML.enabled = True  # nbconvert preprocessors are off unless enabled
     c.SanitizeHTML.tags = FEEDBACK_TAGS
@@ -188,5 +190,6 @@ def make_config(work_dir: str | Path | None = None, root: str | Path = REPO,
     c.HTMLExporter.sanitize_html = True  # nbconvert's templates also clean outputs and omit JavaScript ones
     c.HTMLExporter.filters = {"markdown2html": inert_markdown2html}  # every markdown cell, whatever the template
     c.ClearHiddenTests.enforce_metadata = True
+    configure_feedback_page(c)  # an answer not yet marked by hand reads "to be marked", not "Score: 0.0"
     return c
 

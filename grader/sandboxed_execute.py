@@ -59,6 +59,11 @@ def _has_error(cell: NotebookNode) -> bool:
     return any(o.get("output_type") == "error" for o in cell.get("outputs", []))
 
 
+def cpu_timeout_text(label: str, cpu_s: float, stopped: bool) -> str:
+    """The one line a cell that ran out of CPU time records (workflow.py names the cell from its own reading)."""
+    return f"{label} used more than {cpu_s:g} s of CPU time and was {'stopped' if stopped else 'interrupted'}"
+
+
 def _grade_label(cell: NotebookNode, index: int) -> str:
     return cell.get("metadata", {}).get("nbgrader", {}).get("grade_id") or f"cell {index + 1}"
 
@@ -312,8 +317,8 @@ class SandboxedExecute(Execute):
                 label = _grade_label(cell, index)
                 if watch.over:
                     cell.outputs = [o for o in cell.outputs if o.get("output_type") != "error"]
-                    self._error(cell, "CellCPUTimeout", f"{label} used more than {self.cell_cpu_s:g} s of CPU time "
-                                f"and was {'stopped' if watch.killed or died else 'interrupted'}")
+                    self._error(cell, "CellCPUTimeout",
+                                cpu_timeout_text(label, self.cell_cpu_s, stopped=bool(watch.killed or died)))
                 elif watch.memory:
                     self._error(cell, "KernelDied", f"the kernel died in {label}: its processes together used "
                                 f"{watch.memory / 2**30:.1f} GiB, over the sandbox's "

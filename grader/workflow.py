@@ -300,12 +300,13 @@ class Course:
         folder = Path(self.config.CourseDirectory.autograded_directory) / r.student / r.assignment
         for nb_path in folder.glob("*.ipynb"):
             nb = json.loads(nb_path.read_text())
-            for cell in nb["cells"]:
+            for index, cell in enumerate(nb["cells"]):
                 meta = cell.get("metadata", {})
-                gid = _safe_id(meta.get("nbgrader", {}).get("grade_id"))
+                gid = _cell_name(meta.get("nbgrader", {}).get("grade_id"), index)
                 for err in meta.get(GRADER_ERRORS, []):
                     if err.get("ename") == "CellCPUTimeout":
-                        notes.append(f"{gid} timed out: {err.get('evalue', '').split(' ', 1)[-1]}")
+                        over = _CPU_OVER.search(str(err.get("evalue", "")))
+                        notes.append(f"{gid} timed out: {over.group(0) if over else 'used more than its CPU time'}")
                     elif err.get("ename") in ("KernelDied", "NotebookTimeout"):
                         notes.append(err.get("evalue", ""))
                 for out in cell.get("outputs", []):
@@ -672,10 +673,15 @@ def _scrub_unicode(value, count: list[int] | None = None):
     return (out, count[0]) if top else out
 
 
-def _safe_id(grade_id: object) -> str:
-    """A cell's grade_id as a note names it: only an id of letters, digits, ``_``, ``-`` and ``.``."""
+# what sandboxed_execute.cpu_timeout_text says after the cell's label (the label itself may hold spaces: "cell 32")
+_CPU_OVER = re.compile(r"used more than [0-9.]+ s of CPU time and was (?:stopped|interrupted)$")
+
+
+def _cell_name(grade_id: object, index: int) -> str:
+    """A cell as a note names it: its grade_id when that is only letters, digits, ``_``, ``-`` and ``.``, else its
+    position ("cell 32", counted from 1 as the sandbox counts it)."""
     ok = isinstance(grade_id, str) and re.fullmatch(r"[A-Za-z0-9_.-]{1,64}", grade_id)
-    return grade_id if ok else "a cell"
+    return grade_id if ok else f"cell {index + 1}"
 
 
 def _last_line(text: str) -> str:

@@ -52,6 +52,10 @@ EXPECTED = {
     # the visible check fails A1 given in seconds and says so; A4 for one GPU is told it is one GPU's share
     "seconds": (18, {"a1_floor"}, ["is it in seconds (A1 asks for milliseconds)"], []),
     "per_gpu": (16, {"a4_budget", "a5_concurrency"}, ["one GPU's share (per GPU)"], []),
+    # the slips no visible bound catches without revealing the answer (A3 in bits, A4 in decimal GB): named here
+    "bits_gb": (12, {"a3_kv", "a4_budget", "a5_concurrency", "a7_intensity_kv"},
+                ["did you count bits instead of bytes", "that is in decimal GB (1e9 bytes): the question asks for "
+                 "binary GiB (2**30 bytes)"], []),
     "loop": (19, {"a2_ridge"}, ["used more than 10 s of CPU time"], ["timed out"]),
     "crash": (18, {"a1_floor"}, ["numpy_financial"], []),
     "bigoutput": (20, set(), ["output truncated"], ["output truncated"]),

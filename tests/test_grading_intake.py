@@ -122,3 +122,26 @@ def test_exported_grades_are_rewritten_inert(tmp_path):
     path.write_text("student_id,score\n=cmd|'/c calc'!A0,-1\n@x,3\n")
     workflow._neutralise_csv(path)
     assert path.read_text().splitlines() == ["student_id,score", "'=cmd|'/c calc'!A0,-1", "'@x,3"]
+
+
+@pytest.mark.parametrize(("grade_id", "name"), [(None, "cell 32"), ("a2_ridge_answer", "a2_ridge_answer"),
+                                                ("=HYPERLINK(x) y", "cell 32")])
+@pytest.mark.parametrize("stopped", [False, True])
+def test_a_cpu_timeout_names_its_cell(tmp_path, grade_id, name, stopped):
+    """The reason names the cell that ran out of CPU time: its grade id, or its position when it has none (or one
+    a note must not quote), never a fragment of the sandbox's label ("32 used more than ...")."""
+    import sandboxed_execute
+
+    course = workflow.Course(tmp_path / "work")
+    folder = tmp_path / "work" / "autograded" / "someone" / "ex01"
+    folder.mkdir(parents=True)
+    cells = [{"cell_type": "code", "metadata": {}, "source": "", "outputs": []} for _ in range(40)]
+    label = grade_id or "cell 32"  # what sandboxed_execute._grade_label gives this cell
+    if grade_id:
+        cells[31]["metadata"]["nbgrader"] = {"grade_id": grade_id}
+    cells[31]["metadata"][sandboxed_execute.GRADER_ERRORS] = [
+        {"ename": "CellCPUTimeout", "evalue": sandboxed_execute.cpu_timeout_text(label, 10, stopped)}]
+    (folder / "ex01.ipynb").write_text(json.dumps({"cells": cells}))
+    notes = course._execution_problems(workflow.Result("someone", "ex01"))
+    how = "stopped" if stopped else "interrupted"
+    assert notes == [f"{name} timed out: used more than 10 s of CPU time and was {how}"]

@@ -228,6 +228,11 @@ def test_feedback_reaches_each_learner_through_the_exchange(term):
         score, max_score = term["scores"][user]
         assert f"{score:g}" in html and f"{max_score:g}" in html, f"{user}'s feedback does not show their score"
         assert "BEGIN HIDDEN TESTS" not in html
+    # Formgrader's "generate feedback" uses the course's page too: the solved learner's written answer, not marked
+    # yet, is "to be marked", not "Score: 0.0"; the blank one's (scored 0 by nbgrader itself) is not
+    solved, blank = (term["learners"][key] for key in ("learner1", "learner2"))
+    assert "To be marked by your instructor (2.0 points)" in term["feedback"][solved]
+    assert "to be marked by your instructor" not in term["feedback"][blank].lower()
 
 
 def test_formgrader_is_for_the_instructor_only(hub, term):

@@ -123,7 +123,7 @@ def _add(hints: dict[float, str], ratio: float, text: str) -> None:
 def kv_misconceptions(config: Any) -> dict[float, str]:
     """Ratio hints for a KV-cache size of ``config`` (a :class:`stage5.models.ModelConfig`): query heads
     instead of key-value heads, the missing factor 2 for K and V, FP32 bytes, hidden_size/num_heads in place
-    of head_dim, a forgotten layer count."""
+    of head_dim, a forgotten layer count, bits instead of bytes."""
     hints: dict[float, str] = {}
     _add(hints, 0.5, "too small: did you forget the factor 2 for keys and values?")
     _add(hints, 2.0, "too large: did you count 4 bytes per element (FP32) instead of the stated width?")
@@ -135,5 +135,7 @@ def kv_misconceptions(config: Any) -> dict[float, str]:
         _add(hints, per_head / config.head_dim,
              "the per-head width is off: use config.head_dim rather than hidden_size / num_heads")
     _add(hints, 1 / config.num_layers, "far too small: did you forget to multiply by the number of layers?")
+    # bits for bytes is 8x, as are query heads on a model with 8 query heads per KV head (Qwen2.5 72B): name both
+    _add(hints, 8.0, UNIT_MISCONCEPTIONS[8.0])
     return hints
 

@@ -45,10 +45,15 @@ def reference_diagnosis(dep: Mapping[str, Any]) -> Any:
 
 
 def describe_deployment(dep: Mapping[str, Any]) -> str:
-    """A short learner-facing label for a deployment (it names the inputs, which the learner may see)."""
+    """A short learner-facing label for a deployment (it names the inputs, which the learner may see; the TPOT SLO
+    only when it is not the default 50 ms)."""
+    from stage5 import levers
+
+    slo = dep.get("tpot_slo_s", levers.DEFAULT_TPOT_SLO_S)
+    slo_text = "" if slo == levers.DEFAULT_TPOT_SLO_S else f", TPOT SLO {slo * 1e3:g} ms"
     return (f"{dep['model']} on {dep['num_gpus']} x {dep['gpu']}, prompt {dep['prompt']:,}, output {dep['output']:,}, "
             f"concurrency {dep['concurrency']}, {dep.get('weights', 'bf16')} weights, {dep.get('kv', 'bf16')} KV, "
-            f"objective {dep['objective']}")
+            f"objective {dep['objective']}{slo_text}")
 
 
 def _lever_hint(got: str, ref: Any, dep: Mapping[str, Any]) -> str:

@@ -120,6 +120,12 @@ def build():
         # unit slips the visible checks and the hidden ones name: A1 in seconds, A4 for one GPU
         "seconds_ex01": fill(good, a1_floor_answer=(
             "floor_ms_llama8b_l4 = llama8b.num_params * 2 / l4.bandwidth  # in seconds")),
+        # the unit slips no visible bound can catch without giving the answer away: A3 counted in bits, A4 given
+        # in decimal GB (both carry into A5, and the bits into A7); the hidden checks name each
+        "bits_gb_ex01": fill(good, a3_kv_answer=(
+            "kv_bytes_qwen72b = 2 * qwen72b.num_layers * qwen72b.num_kv_heads * qwen72b.head_dim * 2 * 8  # bits"),
+            a4_budget_answer=(
+            "kv_budget_gib_qwen72b = (4 * h200.memory_bytes - qwen72b.num_params * 2 - 4 * 8 * GiB) / 1e9  # GB")),
         "per_gpu_ex01": fill(good, a4_budget_answer=(
             "kv_budget_gib_qwen72b = (h200.memory_bytes - qwen72b.num_params * 2 / 4 - 8 * GiB) / GiB  # one GPU")),
         "loop_ex01": fill(good, a2_ridge_answer="while True:\n    pass"),

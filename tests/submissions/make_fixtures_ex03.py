@@ -152,9 +152,9 @@ def clearing():
             'gb_per_gpu = (m70.num_params * 2 + 32 * 4096 * kv_token) / 1e9'),
             q11_experts_answer="experts_read = 3 * 2",
             q12_crossover_answer=(
-            'm70 = get_model("llama3-70b")\n'
-            'kv_token = 2 * m70.num_layers * m70.num_kv_heads * m70.head_dim * 2\n'
-            'crossover_tokens = m70.num_params * 2 / kv_token')),
+            'm72 = get_model("qwen2.5-72b")\n'
+            'kv_token = 2 * m72.num_layers * m72.num_kv_heads * m72.head_dim * 2\n'
+            'crossover_tokens = m72.num_params * 2 / kv_token')),
         # and the other slips: the cache left whole on each GPU, every resident expert read, keys only
         "resident": fill(good, q10_bytes_answer=(
             'm70 = get_model("llama3-70b")\n'
@@ -162,9 +162,9 @@ def clearing():
             'gb_per_gpu = (m70.num_params * 2 / 8 + 32 * 4096 * kv_token) / 1e9'),
             q11_experts_answer="experts_read = 8",
             q12_crossover_answer=(
-            'm70 = get_model("llama3-70b")\n'
-            'kv_token = m70.num_layers * m70.num_kv_heads * m70.head_dim * 2  # keys only\n'
-            'crossover_tokens = m70.num_params * 2 / (8 * kv_token)')),
+            'm72 = get_model("qwen2.5-72b")\n'
+            'kv_token = m72.num_layers * m72.num_kv_heads * m72.head_dim * 2  # keys only\n'
+            'crossover_tokens = m72.num_params * 2 / (8 * kv_token)')),
         # correct by another route: a capitalised label and a whole number held in a float
         "capitals": fill(good, q9_lever_answer='first_lever = "Batching"',
                          q2_concurrency_answer=Q2.replace("math.floor(budget / ", "(budget // ")),
