@@ -232,3 +232,78 @@ def test_sliding_window_caps_the_cache_and_the_kv_reads():
     # a model without a window is unchanged
     llama = cost.Deployment.of("llama3-8b", "H100-SXM", 1)
     assert float(cost.kv_bytes_per_sequence(llama, 8192)) == pytest.approx(8192 * llama.kv_bytes_per_token)
+
+
+# ------------------------------------------------------------------------------ the floor: physics at peak
+# One meaning of "floor": bytes / the datasheet's bandwidth and FLOPs / the datasheet's peak, no efficiency
+# factor. Everything with an efficiency (the simple estimate's MFU, the estimate's terms) is an estimate.
+def _h100_datasheet():
+    """H100 SXM's datasheet numbers, typed here from NVIDIA's H100 datasheet so the test does not read them from
+    the registry it checks: 3.35 TB/s HBM3, 1,979 TFLOP/s BF16 with 2:4 sparsity, so 989.5 dense."""
+    return 3.35e12, 1979e12 / 2
+
+
+def test_the_floor_is_bytes_and_flops_at_the_datasheets_peak():
+    bw, peak = _h100_datasheet()
+    m = get_model("llama3-70b")
+    n, b, s, t = 4, 64, 4096, 8192
+    floor = cost.floor_deployment(cost.Deployment.of(m, "H100-SXM", n))
+    kv_token = 2 * m.num_layers * m.num_kv_heads * m.head_dim * 2  # K and V, BF16
+    # decode: the weights less the embedding rows no token looks up, plus every sequence's KV, against the
+    # linear layers' FLOPs, overlapped
+    weights = (m.num_params - (m.vocab_size - b) * m.hidden_size) * 2
+    expect = max((weights + b * s * kv_token) / (n * bw), 2 * m.active_params * b / (n * peak))
+    assert float(cost.decode_step(floor, b, s).time_s) == pytest.approx(expect, rel=1e-9)
+    # prefill of t tokens: the linear layers plus causal attention (t (t + 1) / 2 query-key pairs), at peak
+    attn = 4 * m.num_layers * m.num_heads * m.head_dim * t * (t + 1) / 2
+    weights_t = (m.num_params - (m.vocab_size - t) * m.hidden_size) * 2
+    expect = max((weights_t + t * kv_token) / (n * bw), (2 * m.active_params * t + attn) / (n * peak))
+    assert float(cost.ttft_s(floor, t)) == pytest.approx(expect, rel=1e-9)
+    # the batch-1 decode floor of chapter 1 and the exercises: every weight at the datasheet's bandwidth, in
+    # any mode, and the floor's own batch-1 step is lower only by the embedding rows it skips
+    for mode in cost.MODES:
+        dep = cost.with_mode(cost.Deployment.of(m, "H100-SXM", n), mode)
+        assert cost.decode_floor_s(dep) == pytest.approx(m.num_params * 2 / (n * bw), rel=1e-9)
+    assert float(cost.decode_step(floor, 1, 0).time_s) == pytest.approx(
+        (m.num_params - (m.vocab_size - 1) * m.hidden_size) * 2 / (n * bw), rel=1e-9)
+
+
+def test_the_simple_estimate_is_the_floor_with_an_mfu():
+    """The simple estimate differs from the floor only by its efficiency (and the source's byte count): at MFU 1
+    and without prefill attention or the embedding gather it is the floor."""
+    dep = cost.Deployment.of("llama3-70b", "H100-SXM", 4)
+    assert cost.mode_of(dep) == "simple" and dep.mfu == cost.DEFAULT_MFU
+    assert cost.mode_of(cost.floor_deployment(dep)) == "floor" and cost.floor_deployment(dep).mfu == 1.0
+    assert cost.mode_of(cost.estimate_deployment(dep)) == "estimate"
+    at_peak = cost.replace(dep, mfu=1.0)
+    bare = cost.replace(cost.floor_deployment(dep), estimate=cost.Estimate.only(mfu=1.0))
+    for b, s in ((1, 0), (64, 4096), (400, 1152)):
+        assert float(cost.tpot_s(at_peak, b, s)) == pytest.approx(float(cost.tpot_s(bare, b, s)), rel=1e-12)
+    with pytest.raises(ValueError, match="simple, estimate, floor"):
+        cost.with_mode(dep, "optimistic")
+
+
+@settings(max_examples=60, deadline=None)
+@given(models, gpus, st.sampled_from([1, 2, 4, 8]), batches, contexts, st.integers(1, 32768), st.integers(1, 4096))
+def test_the_floor_is_at_or_below_the_estimate_on_every_path(model, gpu, n, batch, context, prompt, output):
+    dep = cost.Deployment.of(model, gpu, n)
+    floor, est = cost.floor_deployment(dep), cost.estimate_deployment(dep)
+    for fn, args in ((cost.tpot_s, (batch, context)), (cost.ttft_s, (prompt,)),
+                     (cost.mixed_tpot_s, (batch, prompt, output)),
+                     (cost.request_gpu_seconds, (prompt, output, batch)),
+                     (cost.cost_per_million_tokens, (batch, context))):
+        assert float(fn(floor, *args)) <= float(fn(est, *args)) * (1 + 1e-12), fn.__name__
+    # decode never runs faster in the simple estimate than at the floor: the same formulas at a lower MFU,
+    # with more bytes (the whole embedding table)
+    assert float(cost.tpot_s(floor, batch, context)) <= float(cost.tpot_s(dep, batch, context)) * (1 + 1e-12)
+    assert float(cost.tpot_s(floor, batch, context)) <= float(cost.tpot_s(cost.with_mode(dep, "simple"), batch,
+                                                                           context)) * (1 + 1e-12)
+
+
+def test_the_simple_estimate_is_not_a_bound_on_long_prefills():
+    """What keeps the simple estimate from being a floor: it leaves prefill's attention FLOPs out, so at a long
+    enough prompt it prices prefill below the floor, even at half the peak."""
+    dep = cost.Deployment.of("llama3-70b", "H100-SXM", 4)
+    floor = cost.floor_deployment(dep)
+    assert float(cost.ttft_s(floor, 1024)) < float(cost.ttft_s(dep, 1024))
+    assert float(cost.ttft_s(floor, 131072)) > float(cost.ttft_s(dep, 131072))
