@@ -11,8 +11,8 @@ and which terms are charged.
 
 ``floor`` (:func:`floor_deployment`): the physics at the datasheet's peak, with no efficiency factor. Bytes /
 peak bandwidth and FLOPs / peak FLOP/s (an MFU of 1), overlapped perfectly (the step takes the larger), with
-prefill's causal attention FLOPs counted and only the input-embedding rows a step looks up read. Nothing in it
-can run faster on the hardware; ``python -m stage5 validate`` checks that no published measurement beats it.
+prefill's causal attention FLOPs counted and only the input-embedding rows a step looks up read; communication
+between GPUs is free (charging the link bytes over the link bandwidth could only raise it). Nothing in it can run faster on the hardware; ``python -m stage5 validate`` checks that no published measurement beats it.
 
 ``simple`` (a :class:`Deployment` with ``estimate=None``, the default): the simple estimate, the source text's
 derivation with one efficiency factor, the MFU (default 0.5, :data:`DEFAULT_MFU`). A step costs
