@@ -15,9 +15,14 @@ prefill's causal attention FLOPs counted and only the input-embedding rows a ste
 between GPUs is free (charging the link bytes over the link bandwidth could only raise it). Nothing in it can run faster on the hardware; ``python -m stage5 validate`` checks that no published measurement beats it.
 
 ``simple`` (a :class:`Deployment` with ``estimate=None``, the default): the simple estimate, the source text's
-derivation with one efficiency factor, the MFU (default 0.5, :data:`DEFAULT_MFU`). A step costs
-max(bytes / bandwidth, FLOPs / (peak x MFU)), the datasheet's bandwidth; FLOPs are 2 x active parameters per
-token (attention-score FLOPs are left out: they add under 10% for Llama 3 70B at 4K context); tensor
+derivation with one efficiency factor, the MFU (default 0.5, :data:`DEFAULT_MFU`), and the course's one step
+formula: a decode step costs KV bytes / bandwidth + max(weight bytes / bandwidth, FLOPs / (peak x MFU)) at the
+datasheet's bandwidth. Attention is its own kernel, bound by bandwidth at every batch, so its KV reads add to
+the weight matmuls instead of hiding under them (chapter 2; Austin et al., "How to Scale Your Model", 2025, the
+inference chapter); the source text's max(all bytes / bandwidth, FLOPs / FLOP/s) survives only in the floor,
+where letting everything overlap is what makes it a bound, and in the roofline pictures (one intensity per
+step). A prefill step is max(bytes / bandwidth, FLOPs / FLOP/s): its KV writes stream beside the matmuls.
+FLOPs are 2 x active parameters per token (attention-score FLOPs are left out: they add under 10% for Llama 3 70B at 4K context); tensor
 parallelism scales perfectly across ``num_gpus`` with no communication cost; one MFU regardless of batch;
 perfect batching with no queueing. It is an estimate, not a bound: at 50% MFU a real prefill can beat it, and at long prompts its
 missing attention FLOPs make it too fast.
@@ -73,7 +78,8 @@ class Estimate:
         2024, cite key llama3herd2024); serving kernels are assumed no better.
     ``additive_attention``: attention is its own kernel, bound by bandwidth at every batch, so its KV reads add
         to the step instead of overlapping the weight matmuls: KV / bandwidth + max(weights / bandwidth,
-        linear FLOPs / FLOP/s) (Austin et al., "How to Scale Your Model", 2025, the inference chapter).
+        linear FLOPs / FLOP/s) (Austin et al., "How to Scale Your Model", 2025, the inference chapter). The simple
+        estimate composes its step the same way; switched off, the KV reads overlap as in the floor.
     ``allreduce``: tensor parallelism's two all-reduces per layer (Megatron-LM: after attention and after the
         MLP), each by the algorithm an engine picks for its size (:func:`allreduce_one_s`: one-shot or two-shot
         inside an NVLink domain, NCCL's ring otherwise, the network past one server). Link bandwidths and
@@ -118,8 +124,9 @@ class Estimate:
     @classmethod
     def only(cls, *terms: str, mfu: float = DEFAULT_MFU) -> Estimate:
         """Only the named terms at their defaults: the other switches off, the datasheet's bandwidth, and ``mfu``
-        for any MFU not named. ``Estimate.only("additive_attention")`` is the simple estimate's step with
-        attention's KV reads added instead of overlapped."""
+        for any MFU not named. ``Estimate.only()`` is the source text's own step, max(weights + KV, FLOPs), with
+        attention's KV reads overlapped; ``Estimate.only("additive_attention")`` prices decode as the simple
+        estimate does."""
         base = cls()
         off = cls(bandwidth_fraction=1.0, prefill_mfu=mfu, decode_mfu=mfu, additive_attention=False, allreduce=False,
                   prefill_attention=False, mixed_step=False, embedding_lookup=False)
@@ -298,7 +305,7 @@ def mode_of(dep: Deployment) -> str:
 # estimate (chapter 9), and the floor (the physics at peak, no efficiency factor: a lower bound).
 MODES = ("simple", "estimate", "floor")
 MODE_MEANINGS = {
-    "simple": "the simple estimate: the course's formulas at a fixed MFU",
+    "simple": "the simple estimate: the course's formulas at a fixed MFU, attention's KV reads added",
     "estimate": "the estimate: the simple estimate plus the terms of stage5.cost.Estimate",
     "floor": "the floor: the physics at the datasheet's peak (MFU 1, full bandwidth); no server runs faster",
 }
@@ -388,8 +395,9 @@ def decode_intensity_with_kv(dep: Deployment, batch: ArrayLike, context: ArrayLi
 @dataclass(frozen=True)
 class StepTime:
     """One forward step: both roofline terms and the larger of the two (seconds), plus ``extra_s``, time that
-    overlaps neither (estimate mode: the attention kernel's KV reads and the all-reduces; 0 in the floor and the
-    simple estimate)."""
+    overlaps neither: the attention kernel's KV reads in a decode step (the simple estimate and the estimate) and
+    the all-reduces (the estimate); 0 in the floor, where everything overlaps. ``memory_s`` is then the weight
+    reads alone, so ``bound`` says whether the weight matmuls wait on memory or on arithmetic."""
 
     memory_s: np.ndarray
     compute_s: np.ndarray
@@ -515,11 +523,13 @@ def decode_step(dep: Deployment, batch: ArrayLike = 1, context: ArrayLike = 0,
                 tokens_per_seq: ArrayLike = 1) -> StepTime:
     """Time of one decode step for ``batch`` sequences of ``context`` cached tokens each.
 
-    memory = (weights read + KV read) / bandwidth; compute = 2 x active params x batch x tokens_per_seq /
-    FLOP/s; the step takes the larger (the floor, at peak, and the simple estimate, at ``dep.mfu``).
-    ``tokens_per_seq`` > 1 scores several tokens per sequence in one pass (speculative verification): the same
-    bytes, that many times the arithmetic. In estimate mode the bandwidth and FLOP/s are the achieved ones, and
-    the KV term and the all-reduces add to the step (:class:`StepTime`).
+    The course's one step formula (chapter 2): KV read / bandwidth + max(weights read / bandwidth, 2 x active
+    params x batch x tokens_per_seq / FLOP/s). Attention is its own kernel, memory-bound at every batch, so its
+    KV reads add to the weight matmuls instead of hiding under their arithmetic. ``tokens_per_seq`` > 1 scores
+    several tokens per sequence in one pass (speculative verification): the same bytes, that many times the
+    arithmetic. In estimate mode the bandwidth and FLOP/s are the achieved ones and the all-reduces add too.
+    The floor alone (and an :class:`Estimate` with ``additive_attention`` off) lets everything overlap,
+    max((weights + KV) / bandwidth, FLOPs / FLOP/s): at peak, no kernel schedule beats that.
     """
     _positive(tokens_per_seq, "tokens_per_seq")
     b = _positive(batch, "batch")
@@ -530,7 +540,7 @@ def decode_step(dep: Deployment, batch: ArrayLike = 1, context: ArrayLike = 0,
     kv = kv_traffic_bytes(dep, b, s) / bw
     comp = 2.0 * dep.model.active_params * b * t / achieved_flops(dep, "decode")
     est = dep.estimate
-    if est is None or not est.additive_attention:
+    if est is not None and not est.additive_attention:
         step = StepTime(np.asarray(weights + kv), np.asarray(comp))
     else:
         step = StepTime(np.asarray(weights), np.asarray(comp), np.asarray(kv))
@@ -783,9 +793,10 @@ def speculation_breakeven_batch(dep: Deployment, context: float, alpha: float, k
     ``context`` tokens, searched up to ``max_batch`` (default: the most such sequences that fit,
     :func:`max_concurrency`); None when it still pays at every batch up to there.
 
-    The break-even moves out as the context grows: each sequence's KV reads add bytes to the step but no weight
-    FLOPs, so the verification pass's intensity levels off near (k + 1) x 2N / (S x KV bytes per token). Once
-    that ceiling is under the ridge, the pass stays memory-bound at any batch and speculation pays even full.
+    The break-even moves out as the context grows: attention's KV reads, memory-bound at every batch, cost the
+    verification pass exactly what they cost plain decode, while only the weight matmuls do (k + 1) x the
+    arithmetic. The longer the sequences, the larger the share of the step both pay alike; past
+    :func:`speculation_any_batch_context` speculation pays at every batch.
     """
     s = inputs.real(context, "context (tokens per sequence)", low=0.0, low_open=True)
     kk = inputs.non_negative_int(k, "k (drafted tokens per round)")
@@ -795,6 +806,27 @@ def speculation_breakeven_batch(dep: Deployment, context: float, alpha: float, k
     b = np.arange(1, limit + 1)
     slower = speculative_speedup(dep, b, s, alpha, kk, draft_cost) < 1
     return int(b[np.argmax(slower)]) if slower.any() else None
+
+
+def speculation_any_batch_context(dep: Deployment, alpha: float, k: int, draft_cost: float = 0.05) -> float | None:
+    """The context (tokens per sequence) past which speculation pays at every batch, priced as the simple
+    estimate prices decode (``dep``'s MFU, the datasheet's bandwidth; no sliding window); None when no context is
+    long enough (a round's draft steps cost more than its extra tokens: tokens per round <= 1 + k x draft_cost).
+
+    At a large batch both passes are compute-bound in the weight matmuls and the weight reads vanish per
+    sequence, so a sequence costs plain decode K + C (its KV reads, K = S x KV bytes per token / bandwidth, plus
+    C = 2 x active params / FLOP/s) and a round K + (k + 1) C + k x draft_cost x (K + C), for tau tokens
+    (:func:`expected_tokens_per_verification`). The speedup there, tau (K + C) / that, is the lowest it gets
+    (it falls with the batch); it is 1 at K / C = (k + 1 + k d - tau) / (tau - 1 - k d)."""
+    tau = float(expected_tokens_per_verification(alpha, k))
+    kd = inputs.non_negative_int(k, "k (drafted tokens per round)") * inputs.real(
+        draft_cost, "draft_cost (a draft step's time over a target step's)", low=0.0)
+    if tau <= 1 + kd:
+        return None
+    simple = replace(dep, estimate=None)
+    c = 2.0 * dep.model.active_params / achieved_flops(simple, "decode")
+    kv_s = c * (k + 1 + kd - tau) / (tau - 1 - kd)
+    return max(0.0, kv_s * achieved_bandwidth(simple) / dep.kv_bytes_per_token)
 
 
 # ------------------------------------------------------------------------------------ helpers
