@@ -312,10 +312,11 @@ MODE_MEANINGS = {
 
 
 def with_mode(dep: Deployment, mode: str) -> Deployment:
-    """``dep`` in one of :data:`MODES`: "simple" (the course's formulas at ``dep.mfu``), "estimate"
+    """``dep`` in one of :data:`MODES`: "simple" (the course's formulas at ``dep.mfu``, or the default MFU when
+    ``dep`` is a floor), "estimate"
     (:func:`estimate_deployment`, keeping ``dep.estimate`` if it has one) or "floor" (:func:`floor_deployment`)."""
-    if mode == "simple":
-        return replace(dep, estimate=None)
+    if mode == "simple":  # a floor's MFU of 1 is the floor's, not the deployment's: back to the default
+        return replace(dep, estimate=None, mfu=DEFAULT_MFU if is_floor(dep) else dep.mfu)
     if mode == "estimate":
         return estimate_deployment(dep, None if is_floor(dep) else dep.estimate)
     if mode == "floor":

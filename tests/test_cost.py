@@ -292,6 +292,9 @@ def test_the_simple_estimate_is_the_additive_step_with_an_mfu():
         c = 2 * dep.model.active_params * b / dep.flops
         assert float(cost.tpot_s(dep, b, s)) == pytest.approx(kv + max(w, c), rel=1e-12)
         assert float(cost.tpot_s(cost.floor_deployment(dep), b, s)) <= float(cost.tpot_s(at_peak, b, s))
+    # round trips: a floor turned back into the simple estimate gets the default MFU, not the floor's 1
+    assert cost.with_mode(cost.floor_deployment(dep), "simple") == dep
+    assert cost.with_mode(cost.with_mode(dep, "estimate"), "floor") == cost.floor_deployment(dep)
     with pytest.raises(ValueError, match="simple, estimate, floor"):
         cost.with_mode(dep, "optimistic")
 
