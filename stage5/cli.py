@@ -86,7 +86,7 @@ def model_main(argv: list[str]) -> int:
 
 # Bounds on deploy's numbers: the GPU count and the price are shared with the library (stage5.inputs).
 MAX_GPUS, MIN_PRICE, MAX_PRICE = inputs.MAX_GPUS, inputs.MIN_PRICE, inputs.MAX_PRICE
-# An MFU below 0.1% means the GPU does essentially nothing; the course's floors use 0.5 and real decode 0.05-0.6.
+# An MFU below 0.1% means the GPU does essentially nothing; the simple estimate uses 0.5 and real decode 0.05-0.6.
 MIN_MFU = 1e-3
 
 
@@ -120,8 +120,8 @@ def diagnose_deployment(dep: cost.Deployment, context: int, batch: int, prompt: 
         "tpot_ms": float(step.time_s) * 1e3,
         "memory_ms": float(step.memory_s) * 1e3,
         "compute_ms": float(step.compute_s) * 1e3,
-        "added_ms": float(step.extra_s) * 1e3,  # estimate mode: attention's KV reads and the all-reduces
-        "mode": "floor" if dep.estimate is None else "estimate",
+        "added_ms": float(step.extra_s) * 1e3,  # attention's KV reads (and, in estimate mode, the all-reduces)
+        "mode": cost.mode_of(dep),
         "bound": str(step.bound),
         "tokens_per_s": float(cost.decode_throughput(dep, batch, context)),
         "max_concurrency": max_seqs,
@@ -133,7 +133,8 @@ def diagnose_deployment(dep: cost.Deployment, context: int, batch: int, prompt: 
 def deploy_main(argv: list[str]) -> int:
     parser = inputs.OneLineParser(
         prog="python -m stage5 deploy",
-        description="Diagnose a deployment. Assumes perfect tensor-parallel scaling (optimistic) and a fixed MFU.")
+        description="Diagnose a deployment. The default, the simple estimate, assumes perfect tensor-parallel "
+                    "scaling (optimistic) and a fixed MFU; --mode floor prices the physics at the datasheet's peak.")
     parser.add_argument("--model", required=True, help="registry name or path to a config.json")
     parser.add_argument("--gpu", required=True, help="accelerator name, e.g. H100, A100-80GB, MI300X")
     parser.add_argument("--gpus", type=inputs.arg_int(1, MAX_GPUS, why="tensor parallelism runs inside one NVLink "
@@ -149,9 +150,12 @@ def deploy_main(argv: list[str]) -> int:
     parser.add_argument("--kv", choices=list(KV_FORMATS), default="bf16", help="KV-cache format")
     parser.add_argument("--mfu", type=inputs.arg_real(MIN_MFU, 1.0, low_open=False,
                                                       why="below 0.1% of peak a GPU does essentially nothing"),
-                        default=cost.DEFAULT_MFU, help=f"model FLOP utilisation, a fraction in [{MIN_MFU:g}, 1]")
-    parser.add_argument("--mode", choices=cost.MODES, default="floor",
-                        help="floor: the course's formulas; estimate: plus the terms of stage5.cost.Estimate")
+                        default=None, help=f"model FLOP utilisation of the simple estimate, a fraction in "
+                                           f"[{MIN_MFU:g}, 1] (default {cost.DEFAULT_MFU:g})")
+    parser.add_argument("--mode", choices=cost.MODES, default="simple",
+                        help="simple: the course's formulas at --mfu (an estimate); estimate: plus the terms of "
+                             "stage5.cost.Estimate; floor: the physics at the datasheet's peak, a lower bound "
+                             "(earlier versions used 'floor' for the 50%%-MFU formulas, now 'simple')")
     parser.add_argument("--price", type=inputs.arg_real(MIN_PRICE, MAX_PRICE, low_open=False,
                                                         why="USD per GPU-hour; list prices are a few dollars"),
                         default=cost.DEFAULT_PRICE_PER_GPU_HOUR, help=f"USD per GPU-hour, {MIN_PRICE:g} to {MAX_PRICE:g}")
@@ -163,7 +167,12 @@ def deploy_main(argv: list[str]) -> int:
         if args.prompt is not None and args.prompt > args.context:
             raise inputs.InputError(f"--prompt is {args.prompt:,} tokens but --context is {args.context:,}; the prompt "
                                     "is part of the context the KV cache holds, so accepted: --prompt <= --context")
-        dep = cost.with_mode(deployment(model, args.gpu, args.gpus, args.weights, args.kv, mfu=args.mfu), args.mode)
+        if args.mfu is not None and args.mode != "simple":
+            raise inputs.InputError(f"--mfu sets the simple estimate's MFU; --mode {args.mode} "
+                                    + ("is at peak (MFU 1)" if args.mode == "floor" else "takes its MFUs from "
+                                       "stage5.cost.Estimate") + ", so accepted: --mfu only with --mode simple")
+        mfu = cost.DEFAULT_MFU if args.mfu is None else args.mfu
+        dep = cost.with_mode(deployment(model, args.gpu, args.gpus, args.weights, args.kv, mfu=mfu), args.mode)
         info = diagnose_deployment(dep, args.context, args.batch, args.prompt, args.price)
         text = inputs.dumps(info, indent=1)  # a NaN or infinity is a bug: say so, never print it
     except (ValueError, OSError, TypeError) as err:
@@ -176,13 +185,19 @@ def deploy_main(argv: list[str]) -> int:
     print(f"  TTFT  {info['ttft_ms']:10.2f} ms   (prefill of {args.prompt or args.context:,} tokens, no queueing)")
     print(f"  TPOT  {info['tpot_ms']:10.2f} ms   (memory {info['memory_ms']:.2f} ms, compute "
           f"{info['compute_ms']:.2f} ms: {info['bound']}-bound"
-          + (f"; plus {info['added_ms']:.2f} ms of attention and all-reduce" if info["added_ms"] else "") + ")")
+          + (f"; plus {info['added_ms']:.2f} ms of attention's KV reads"
+             + (" and all-reduces" if info["mode"] == "estimate" and args.gpus > 1 else "")
+             if info["added_ms"] else "") + ")")
     print(f"  throughput {info['tokens_per_s']:,.0f} output tokens/s")
     print(f"  max concurrency {info['max_concurrency']:,} sequences "
           f"(KV budget {info['kv_budget_GiB']:.1f} GiB)")
     print(f"  cost  ${info['usd_per_million_tokens']:.3f} per million output tokens at ${args.price}/GPU-hour")
-    if info["mode"] == "floor":
-        print("  (perfect tensor-parallel scaling and a fixed MFU are assumed: treat these as floors)")
+    if info["mode"] == "simple":
+        print(f"  (the simple estimate: perfect tensor-parallel scaling and a fixed MFU of {mfu:g}; an estimate, not a "
+              "bound: --mode floor gives the floor)")
+    elif info["mode"] == "floor":
+        print("  (the floor: the physics at the datasheet's peak, full bandwidth and MFU 1, no communication; "
+              "no server runs faster)")
     else:
         print("  (estimate mode: stage5.cost.Estimate's terms; `python -m stage5 validate` shows how well it does)")
     if model.sliding_window and args.context > model.sliding_window:

@@ -6,21 +6,33 @@ broadcasts, so a chapter can sweep 100,000 deployments in one call.
 Units: seconds, bytes, FLOPs, FLOP/s, bytes/s. Memory budgets are reported in binary GiB (2**30 bytes);
 weights in decimal GB (1e9 bytes) where the source quotes them so.
 
-Two modes share these formulas.
+Three modes share these formulas (:data:`MODES`). They differ only in how fast the hardware is assumed to run
+and which terms are charged.
 
-``floor`` (a :class:`Deployment` with ``estimate=None``, the default) is the source text's derivation: a step
-costs max(bytes / bandwidth, FLOPs / achieved FLOP/s); FLOPs are 2 x active parameters per token
-(attention-score FLOPs are left out: they add under 10% for Llama 3 70B at 4K context); tensor parallelism
-scales perfectly across ``num_gpus`` with no communication cost; one MFU (model FLOP utilisation) regardless
-of batch; perfect batching with no queueing. Two of its choices keep it from being a true lower bound: the
-default MFU of 0.5 (real prefills run faster) and prefill without attention FLOPs (at 131K tokens they exceed
-the linear layers'). :func:`floor_deployment` fixes both, MFU 1 and causal attention counted, and is what
-``python -m stage5 validate`` checks as "the floor": nothing in it can run faster on the hardware. A sliding
-window (Mistral-7B v0.1, Gemma-2's alternate layers) caps the cache and the KV reads of those layers at the
-window (:func:`kv_bytes_per_sequence`).
+``floor`` (:func:`floor_deployment`): the physics at the datasheet's peak, with no efficiency factor. Bytes /
+peak bandwidth and FLOPs / peak FLOP/s (an MFU of 1), overlapped perfectly (the step takes the larger), with
+prefill's causal attention FLOPs counted and only the input-embedding rows a step looks up read; communication
+between GPUs is free (charging the link bytes over the link bandwidth could only raise it). Nothing in it can run faster on the hardware; ``python -m stage5 validate`` checks that no published measurement beats it.
 
-``estimate`` (``Deployment(..., estimate=Estimate())``) adds the terms a real server pays, each a named field
-of :class:`Estimate` with its source, and each can be switched off alone (:meth:`Estimate.without`).
+``simple`` (a :class:`Deployment` with ``estimate=None``, the default): the simple estimate, the source text's
+derivation with one efficiency factor, the MFU (default 0.5, :data:`DEFAULT_MFU`), and the course's one step
+formula: a decode step costs KV bytes / bandwidth + max(weight bytes / bandwidth, FLOPs / (peak x MFU)) at the
+datasheet's bandwidth. Attention is its own kernel, bound by bandwidth at every batch, so its KV reads add to
+the weight matmuls instead of hiding under them (chapter 2; Austin et al., "How to Scale Your Model", 2025, the
+inference chapter); the source text's max(all bytes / bandwidth, FLOPs / FLOP/s) survives only in the floor,
+where letting everything overlap is what makes it a bound, and in the roofline pictures (one intensity per
+step). A prefill step is max(bytes / bandwidth, FLOPs / FLOP/s): its KV writes stream beside the matmuls.
+FLOPs are 2 x active parameters per token (attention-score FLOPs are left out: they add under 10% for Llama 3 70B at 4K context); tensor
+parallelism scales perfectly across ``num_gpus`` with no communication cost; one MFU regardless of batch;
+perfect batching with no queueing. It is an estimate, not a bound: at 50% MFU a real prefill can beat it, and at long prompts its
+missing attention FLOPs make it too fast.
+
+``estimate`` (``Deployment(..., estimate=Estimate())``): the simple estimate plus the terms a real server pays,
+each a named field of :class:`Estimate` with its source, and each can be switched off alone
+(:meth:`Estimate.without`).
+
+A sliding window (Mistral-7B v0.1, Gemma-2's alternate layers) caps the cache and the KV reads of those layers at
+the window in every mode (:func:`kv_bytes_per_sequence`).
 """
 
 from __future__ import annotations
@@ -54,7 +66,7 @@ MEMORY_POLICIES = ("fixed", "card", "free")
 # ------------------------------------------------------------------------------------------ estimate mode
 @dataclass(frozen=True)
 class Estimate:
-    """The terms a real server pays on top of the floor. Every default comes from a source other than the
+    """The terms a real server pays on top of the simple estimate. Every default comes from a source other than the
     published measurements it is checked against (:mod:`stage5.published`).
 
     ``bandwidth_fraction``: achieved memory bandwidth over the datasheet's. 0.60: a production decode of a
@@ -66,13 +78,14 @@ class Estimate:
         2024, cite key llama3herd2024); serving kernels are assumed no better.
     ``additive_attention``: attention is its own kernel, bound by bandwidth at every batch, so its KV reads add
         to the step instead of overlapping the weight matmuls: KV / bandwidth + max(weights / bandwidth,
-        linear FLOPs / FLOP/s) (Austin et al., "How to Scale Your Model", 2025, the inference chapter).
+        linear FLOPs / FLOP/s) (Austin et al., "How to Scale Your Model", 2025, the inference chapter). The simple
+        estimate composes its step the same way; switched off, the KV reads overlap as in the floor.
     ``allreduce``: tensor parallelism's two all-reduces per layer (Megatron-LM: after attention and after the
         MLP), each by the algorithm an engine picks for its size (:func:`allreduce_one_s`: one-shot or two-shot
         inside an NVLink domain, NCCL's ring otherwise, the network past one server). Link bandwidths and
         latencies are in :class:`stage5.hardware.Hardware`.
-    ``prefill_attention``: the causal attention FLOPs of prefill, quadratic in the prompt (the true floor,
-        :func:`floor_deployment`, counts them too; the course's floor leaves them out, as the source text does).
+    ``prefill_attention``: the causal attention FLOPs of prefill, quadratic in the prompt (the floor,
+        :func:`floor_deployment`, counts them too; the simple estimate leaves them out, as the source text does).
     ``mixed_step``: under load, decode shares each step with other requests' prefill chunks (chunked prefill,
         Agrawal et al., "Sarathi-Serve", OSDI 2024): ``concurrency - 1`` requests each bring ``prompt / output``
         prompt tokens per output token, up to ``step_token_budget`` tokens per step.
@@ -80,8 +93,8 @@ class Estimate:
         OpenAI-compatible server on GPUs with 70 GiB or more (vllm/engine/arg_utils.py, EngineArgs batch defaults).
     ``embedding_lookup``: a step reads only the input-embedding rows its tokens look up, not the whole table
         (an embedding is a gather: PyTorch's ``nn.Embedding``, vLLM's ``VocabParallelEmbedding``); a table tied to
-        the output head is still read whole by the head. Physics, not an efficiency: the true floor
-        (:func:`floor_deployment`) counts it too. The course's floor charges the whole table, as the source does.
+        the output head is still read whole by the head. Physics, not an efficiency: the floor
+        (:func:`floor_deployment`) counts it too. The simple estimate charges the whole table, as the source does.
     """
 
     bandwidth_fraction: float = 0.60
@@ -110,9 +123,10 @@ class Estimate:
 
     @classmethod
     def only(cls, *terms: str, mfu: float = DEFAULT_MFU) -> Estimate:
-        """The floor plus the named terms at their defaults: the other switches off, the datasheet's bandwidth,
-        and ``mfu`` for any MFU not named. ``Estimate.only("additive_attention")`` is the source text's step
-        with attention's KV reads added instead of overlapped."""
+        """Only the named terms at their defaults: the other switches off, the datasheet's bandwidth, and ``mfu``
+        for any MFU not named. ``Estimate.only()`` is the source text's own step, max(weights + KV, FLOPs), with
+        attention's KV reads overlapped; ``Estimate.only("additive_attention")`` prices decode as the simple
+        estimate does."""
         base = cls()
         off = cls(bandwidth_fraction=1.0, prefill_mfu=mfu, decode_mfu=mfu, additive_attention=False, allreduce=False,
                   prefill_attention=False, mixed_step=False, embedding_lookup=False)
@@ -128,6 +142,12 @@ def _check_terms(terms: tuple[str, ...]) -> None:
     unknown = set(terms) - set(TERMS)
     if unknown:
         raise ValueError(f"unknown estimate terms {sorted(unknown)}; accepted: {sorted(TERMS)}")
+
+
+# The floor's terms (:func:`floor_deployment`): physics only, at peak. Prefill's attention FLOPs and the embedding
+# gather are what the hardware must do; every efficiency is 1; attention's KV reads overlap the weight matmuls.
+FLOOR = Estimate(bandwidth_fraction=1.0, prefill_mfu=1.0, decode_mfu=1.0, additive_attention=False, allreduce=False,
+                 prefill_attention=True, mixed_step=False, embedding_lookup=True)
 
 
 class InfeasibleDeployment(ValueError):
@@ -179,8 +199,10 @@ class Deployment:
     The reserve held back for activations and workspace follows ``memory_policy`` (:data:`MEMORY_POLICIES`):
     ``"fixed"`` (default) 8 GiB per GPU, the source text's; ``"card"`` (vLLM) ``1 - memory_utilization`` of
     every card; ``"free"`` (TensorRT-LLM) ``1 - memory_utilization`` of what the weights leave. ``reserve_GiB``
-    (total over the GPUs) overrides all three. ``num_gpus`` must be a tensor-parallel degree the model allows (:func:`tp_allowed`). ``estimate``:
-    ``None`` prices the floor; an :class:`Estimate` adds the terms a real server pays (its MFUs replace ``mfu``).
+    (total over the GPUs) overrides all three. ``num_gpus`` must be a tensor-parallel degree the model allows
+    (:func:`tp_allowed`). ``estimate``: ``None`` prices the simple estimate (the source text's formulas at ``mfu``);
+    an :class:`Estimate` adds the terms a real server pays (its MFUs replace ``mfu``). :func:`floor_deployment`
+    turns any deployment into its floor.
     """
 
     model: ModelConfig
@@ -250,10 +272,11 @@ class Deployment:
 
 
 def floor_deployment(dep: Deployment) -> Deployment:
-    """The true floor of ``dep``: the floor's formulas at peak FLOP/s (MFU 1) with prefill's causal attention
-    FLOPs counted and only the looked-up embedding rows read, and no other estimate term, so no server can beat
-    it."""
-    return replace(dep, mfu=1.0, estimate=Estimate.only("prefill_attention", "embedding_lookup", mfu=1.0))
+    """The floor of ``dep``: the physics at the datasheet's peak, with no efficiency factor. Peak bandwidth and
+    peak FLOP/s (MFU 1), bytes and FLOPs overlapped perfectly (a step takes the larger, attention's KV reads
+    included), prefill's causal attention FLOPs counted and only the looked-up embedding rows read; no all-reduce,
+    no mixed steps. No server can beat it."""
+    return replace(dep, mfu=1.0, estimate=FLOOR)
 
 
 def estimate_deployment(dep: Deployment, estimate: Estimate | None = None) -> Deployment:
@@ -261,16 +284,43 @@ def estimate_deployment(dep: Deployment, estimate: Estimate | None = None) -> De
     return replace(dep, estimate=estimate or Estimate())
 
 
-MODES = ("floor", "estimate")
+def simple_deployment(dep: Deployment, mfu: float = DEFAULT_MFU) -> Deployment:
+    """``dep`` priced by the simple estimate at ``mfu`` (the source text's formulas, attention's KV reads added)."""
+    return replace(dep, mfu=mfu, estimate=None)
+
+
+def is_floor(dep: Deployment) -> bool:
+    """Whether ``dep`` is priced as the floor (:func:`floor_deployment`)."""
+    return dep.estimate == FLOOR and dep.mfu == 1.0
+
+
+def mode_of(dep: Deployment) -> str:
+    """The name (one of :data:`MODES`) of the mode ``dep`` is priced in."""
+    if dep.estimate is None:
+        return "simple"
+    return "floor" if is_floor(dep) else "estimate"
+
+
+# The modes, in the order a reader meets them: the simple estimate (chapters 1-8, the CLI's default), the full
+# estimate (chapter 9), and the floor (the physics at peak, no efficiency factor: a lower bound).
+MODES = ("simple", "estimate", "floor")
+MODE_MEANINGS = {
+    "simple": "the simple estimate: the course's formulas at a fixed MFU, attention's KV reads added",
+    "estimate": "the estimate: the simple estimate plus the terms of stage5.cost.Estimate",
+    "floor": "the floor: the physics at the datasheet's peak (MFU 1, full bandwidth); no server runs faster",
+}
 
 
 def with_mode(dep: Deployment, mode: str) -> Deployment:
-    """``dep`` in one of :data:`MODES`: "floor" (the course's formulas at ``dep.mfu``) or "estimate"
-    (:func:`estimate_deployment`, keeping ``dep.estimate`` if it has one)."""
-    if mode == "floor":
-        return replace(dep, estimate=None)
+    """``dep`` in one of :data:`MODES`: "simple" (the course's formulas at ``dep.mfu``, or the default MFU when
+    ``dep`` is a floor), "estimate"
+    (:func:`estimate_deployment`, keeping ``dep.estimate`` if it has one) or "floor" (:func:`floor_deployment`)."""
+    if mode == "simple":  # a floor's MFU of 1 is the floor's, not the deployment's: back to the default
+        return replace(dep, estimate=None, mfu=DEFAULT_MFU if is_floor(dep) else dep.mfu)
     if mode == "estimate":
-        return estimate_deployment(dep, dep.estimate)
+        return estimate_deployment(dep, None if is_floor(dep) else dep.estimate)
+    if mode == "floor":
+        return floor_deployment(dep)
     raise ValueError(f"unknown mode {mode!r}; accepted: {', '.join(MODES)}")
 
 
@@ -313,8 +363,8 @@ def embedding_rows_saved(model: ModelConfig, tokens: ArrayLike) -> np.ndarray:
 
 
 def weight_bytes_read(dep: Deployment, batch: ArrayLike = 1) -> np.ndarray:
-    """Weight bytes one step carrying ``batch`` tokens reads. Dense: all of them (the course's floor), or, with
-    the estimate's ``embedding_lookup`` term (estimate mode and the true floor), all but the input-embedding rows
+    """Weight bytes one step carrying ``batch`` tokens reads. Dense: all of them (the simple estimate), or, with
+    the estimate's ``embedding_lookup`` term (estimate mode and the floor), all but the input-embedding rows
     no token looks up (:func:`embedding_rows_saved`). MoE: only the experts that at least one of the tokens is
     routed to (:func:`experts_touched`, uniform routing)."""
     _positive(batch, "batch")
@@ -346,7 +396,9 @@ def decode_intensity_with_kv(dep: Deployment, batch: ArrayLike, context: ArrayLi
 @dataclass(frozen=True)
 class StepTime:
     """One forward step: both roofline terms and the larger of the two (seconds), plus ``extra_s``, time that
-    overlaps neither (estimate mode: the attention kernel's KV reads and the all-reduces; 0 in the floor)."""
+    overlaps neither: the attention kernel's KV reads in a decode step (the simple estimate and the estimate) and
+    the all-reduces (the estimate); 0 in the floor, where everything overlaps. ``memory_s`` is then the weight
+    reads alone, so ``bound`` says whether the weight matmuls wait on memory or on arithmetic."""
 
     memory_s: np.ndarray
     compute_s: np.ndarray
@@ -368,13 +420,14 @@ class StepTime:
 
 
 def achieved_bandwidth(dep: Deployment) -> float:
-    """Aggregate bandwidth the step is priced at: the datasheet's (floor), or its achieved fraction (estimate)."""
+    """Aggregate bandwidth the step is priced at: the datasheet's (floor, simple estimate), or its achieved
+    fraction (estimate)."""
     return dep.bandwidth * (dep.estimate.bandwidth_fraction if dep.estimate else 1.0)
 
 
 def achieved_flops(dep: Deployment, phase: str) -> float:
-    """Aggregate FLOP/s of ``phase`` ("prefill" or "decode"): peak x ``dep.mfu`` (floor) or x the estimate's MFU
-    for that phase."""
+    """Aggregate FLOP/s of ``phase`` ("prefill" or "decode"): peak x ``dep.mfu`` (simple estimate) or x the
+    estimate's MFU for that phase (1 in the floor)."""
     if dep.estimate is None:
         return dep.flops
     mfu = dep.estimate.prefill_mfu if phase == "prefill" else dep.estimate.decode_mfu
@@ -471,10 +524,13 @@ def decode_step(dep: Deployment, batch: ArrayLike = 1, context: ArrayLike = 0,
                 tokens_per_seq: ArrayLike = 1) -> StepTime:
     """Time of one decode step for ``batch`` sequences of ``context`` cached tokens each.
 
-    memory = (weights read + KV read) / bandwidth; compute = 2 x active params x batch x tokens_per_seq /
-    achieved FLOP/s. ``tokens_per_seq`` > 1 scores several tokens per sequence in one pass (speculative
-    verification): the same bytes, that many times the arithmetic. In estimate mode the bandwidth and FLOP/s
-    are the achieved ones, and the KV term and the all-reduces add to the step (:class:`StepTime`).
+    The course's one step formula (chapter 2): KV read / bandwidth + max(weights read / bandwidth, 2 x active
+    params x batch x tokens_per_seq / FLOP/s). Attention is its own kernel, memory-bound at every batch, so its
+    KV reads add to the weight matmuls instead of hiding under their arithmetic. ``tokens_per_seq`` > 1 scores
+    several tokens per sequence in one pass (speculative verification): the same bytes, that many times the
+    arithmetic. In estimate mode the bandwidth and FLOP/s are the achieved ones and the all-reduces add too.
+    The floor alone (and an :class:`Estimate` with ``additive_attention`` off) lets everything overlap,
+    max((weights + KV) / bandwidth, FLOPs / FLOP/s): at peak, no kernel schedule beats that.
     """
     _positive(tokens_per_seq, "tokens_per_seq")
     b = _positive(batch, "batch")
@@ -485,7 +541,7 @@ def decode_step(dep: Deployment, batch: ArrayLike = 1, context: ArrayLike = 0,
     kv = kv_traffic_bytes(dep, b, s) / bw
     comp = 2.0 * dep.model.active_params * b * t / achieved_flops(dep, "decode")
     est = dep.estimate
-    if est is None or not est.additive_attention:
+    if est is not None and not est.additive_attention:
         step = StepTime(np.asarray(weights + kv), np.asarray(comp))
     else:
         step = StepTime(np.asarray(weights), np.asarray(comp), np.asarray(kv))
@@ -493,8 +549,12 @@ def decode_step(dep: Deployment, batch: ArrayLike = 1, context: ArrayLike = 0,
 
 
 def decode_floor_s(dep: Deployment) -> float:
-    """Batch-1 decode time with an empty cache: every weight byte read once (the bandwidth floor)."""
-    return float(decode_step(dep, 1, 0).time_s)
+    """The batch-1 decode floor with an empty cache, under chapter 1's premise that a step reads every weight
+    (the premise the exercises state too): the weight bytes at the datasheet's bandwidth, whatever mode ``dep``
+    is in (at batch 1 the arithmetic is far shorter). :func:`floor_deployment` drops that premise and reads only
+    the embedding rows a token looks up, so its batch-1 step is lower by the input-embedding table's share of
+    the bytes (none for a table tied to the output head)."""
+    return float(decode_step(replace(dep, mfu=1.0, estimate=None), 1, 0).time_s)
 
 
 def tpot_s(dep: Deployment, batch: ArrayLike, context: ArrayLike) -> np.ndarray:
@@ -505,7 +565,7 @@ def tpot_s(dep: Deployment, batch: ArrayLike, context: ArrayLike) -> np.ndarray:
 def prefill_step(dep: Deployment, prompt_tokens: ArrayLike, batch: ArrayLike = 1) -> StepTime:
     """Prefill of ``batch`` prompts of ``prompt_tokens`` each in one pass: the weights are read once and used
     for every prompt token, so it is compute-bound beyond a few hundred tokens. The arithmetic counts the
-    linear layers (2 x active params per token) and, in estimate mode and the true floor, causal attention
+    linear layers (2 x active params per token) and, in estimate mode and the floor, causal attention
     (:func:`attention_flops`, quadratic in the prompt)."""
     p = _positive(prompt_tokens, "prompt_tokens")
     b = _positive(batch, "batch")
@@ -540,7 +600,8 @@ def mixed_tpot_s(dep: Deployment, concurrency: ArrayLike, prompt: ArrayLike, out
     """Inter-token latency of ``concurrency`` requests of ``prompt`` + ``output`` tokens in steady state, at the
     mean context (prompt + output / 2).
 
-    Floor, or estimate with ``mixed_step`` off: a pure decode step. Estimate: each step also carries a chunk
+    Floor, simple estimate, or estimate with ``mixed_step`` off: a pure decode step. Estimate: each step also
+    carries a chunk
     (:func:`mixed_step`) of the other ``concurrency - 1`` requests' prefills, ``prompt x (1 - prefix_hit) /
     output`` computed prompt tokens per output token each (the cached prefix is not prefilled), at most the
     step's token budget less the decode tokens; the chunk's tokens sit on average half the computed part in,
@@ -619,7 +680,8 @@ def kv_bytes_per_sequence(dep: Deployment, context: ArrayLike) -> np.ndarray:
 
 
 def max_concurrency(dep: Deployment, context: ArrayLike) -> np.ndarray:
-    """Sequences of ``context`` tokens whose KV cache fits at once (floor); 0 if not even one fits."""
+    """Sequences of ``context`` tokens whose KV cache fits at once (perfect packing, the same in every mode); 0 if
+    not even one fits."""
     s = _positive(context, "context")
     fit = np.floor(kv_budget_bytes(dep) / kv_bytes_per_sequence(dep, s))
     if np.any(fit > inputs.MAX_COUNT):  # checked before the int64 cast, which would wrap to a negative count
@@ -732,9 +794,10 @@ def speculation_breakeven_batch(dep: Deployment, context: float, alpha: float, k
     ``context`` tokens, searched up to ``max_batch`` (default: the most such sequences that fit,
     :func:`max_concurrency`); None when it still pays at every batch up to there.
 
-    The break-even moves out as the context grows: each sequence's KV reads add bytes to the step but no weight
-    FLOPs, so the verification pass's intensity levels off near (k + 1) x 2N / (S x KV bytes per token). Once
-    that ceiling is under the ridge, the pass stays memory-bound at any batch and speculation pays even full.
+    The break-even moves out as the context grows: attention's KV reads, memory-bound at every batch, cost the
+    verification pass exactly what they cost plain decode, while only the weight matmuls do (k + 1) x the
+    arithmetic. The longer the sequences, the larger the share of the step both pay alike; past
+    :func:`speculation_any_batch_context` speculation pays at every batch.
     """
     s = inputs.real(context, "context (tokens per sequence)", low=0.0, low_open=True)
     kk = inputs.non_negative_int(k, "k (drafted tokens per round)")
@@ -744,6 +807,27 @@ def speculation_breakeven_batch(dep: Deployment, context: float, alpha: float, k
     b = np.arange(1, limit + 1)
     slower = speculative_speedup(dep, b, s, alpha, kk, draft_cost) < 1
     return int(b[np.argmax(slower)]) if slower.any() else None
+
+
+def speculation_any_batch_context(dep: Deployment, alpha: float, k: int, draft_cost: float = 0.05) -> float | None:
+    """The context (tokens per sequence) past which speculation pays at every batch, priced as the simple
+    estimate prices decode (``dep``'s MFU, the datasheet's bandwidth; no sliding window); None when no context is
+    long enough (a round's draft steps cost more than its extra tokens: tokens per round <= 1 + k x draft_cost).
+
+    At a large batch both passes are compute-bound in the weight matmuls and the weight reads vanish per
+    sequence, so a sequence costs plain decode K + C (its KV reads, K = S x KV bytes per token / bandwidth, plus
+    C = 2 x active params / FLOP/s) and a round K + (k + 1) C + k x draft_cost x (K + C), for tau tokens
+    (:func:`expected_tokens_per_verification`). The speedup there, tau (K + C) / that, is the lowest it gets
+    (it falls with the batch); it is 1 at K / C = (k + 1 + k d - tau) / (tau - 1 - k d)."""
+    tau = float(expected_tokens_per_verification(alpha, k))
+    kd = inputs.non_negative_int(k, "k (drafted tokens per round)") * inputs.real(
+        draft_cost, "draft_cost (a draft step's time over a target step's)", low=0.0)
+    if tau <= 1 + kd:
+        return None
+    simple = replace(dep, estimate=None)
+    c = 2.0 * dep.model.active_params / achieved_flops(simple, "decode")
+    kv_s = c * (k + 1 + kd - tau) / (tau - 1 - kd)
+    return max(0.0, kv_s * achieved_bandwidth(simple) / dep.kv_bytes_per_token)
 
 
 # ------------------------------------------------------------------------------------ helpers

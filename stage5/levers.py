@@ -132,7 +132,7 @@ def diagnose_reference(model: str | ModelConfig, gpu: str | Hardware, num_gpus: 
         draft ``k`` tokens with acceptance ``alpha``, each draft step costing ``draft_cost`` x a target step
         (:func:`stage5.cost.speculative_speedup`), same concurrency; decode only.
 
-    ``estimate``: price everything in estimate mode with these terms (default: the floor).
+    ``estimate``: price everything in estimate mode with these terms (default: the simple estimate).
 
     Raises :class:`stage5.cost.InfeasibleDeployment` if the weights do not fit or ``concurrency`` sequences
     of ``prompt + output`` tokens do not fit, and ``ValueError`` for an unknown objective.
@@ -211,7 +211,7 @@ def lever_ranking(model: str | ModelConfig = cost.ANCHOR_MODEL, gpu: str | Hardw
     to ``small_model`` on ``small_gpus`` (:func:`stage5.routing.blended_saving`, both at their largest batch);
     quantization: FP8 weights and KV cache at the well-batched concurrency; kernels: MFU from the default to
     :data:`KERNEL_MFU` at that concurrency. Prefill is outside these terms (see :func:`diagnose_reference`).
-    ``estimate``: price every deployment in estimate mode with these terms (default: the floor).
+    ``estimate``: price every deployment in estimate mode with these terms (default: the simple estimate).
     """
     prompt, output = inputs.positive_int(prompt, "prompt"), inputs.positive_int(output, "output")
     dep = deployment(model, gpu, num_gpus, estimate=estimate)

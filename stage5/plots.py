@@ -147,10 +147,11 @@ def concurrency_vs_context(deployments: Sequence[cost.Deployment], contexts: np.
 # what the toy engine (stage5.engine) did during a run. The engine helpers take plain lists, so they never
 # import torch themselves.
 def batching_curves(dep: cost.Deployment, context: int, max_batch: int = 1024, axes=None):
-    """Two panels against batch size: the decode step's two roofline terms, and decode throughput.
+    """Two panels against batch size: the decode step's terms, and decode throughput.
 
-    The memory term barely moves while the weights dominate the bytes; the compute term grows linearly and
-    crosses it at the (MFU-adjusted) ridge. Returns the two axes.
+    The step is the course's (chapter 2): attention's KV reads plus the larger of the weight reads and the
+    arithmetic. The weight reads do not move with the batch; the compute term grows linearly and crosses them at
+    the (MFU-adjusted) ridge; the KV reads grow with the batch and add at every batch. Returns the two axes.
     """
     if axes is None:
         import matplotlib.pyplot as plt
@@ -158,9 +159,13 @@ def batching_curves(dep: cost.Deployment, context: int, max_batch: int = 1024, a
     b = np.arange(1, max_batch + 1)
     step = cost.decode_step(dep, b, context)
     ax = axes[0]
-    ax.loglog(b, 1e3 * step.memory_s, color="C0", label="memory term (weights + KV reads)")
+    ax.loglog(b, 1e3 * step.memory_s, color="C0", label="weight reads")
     ax.loglog(b, 1e3 * step.compute_s, color="C3", label=f"compute term (at {dep.mfu:.0%} MFU)")
-    ax.loglog(b, 1e3 * step.time_s, color="k", lw=2, alpha=0.4, label="step time = the larger")
+    adds = bool(np.any(np.asarray(step.extra_s) > 0))
+    if adds:
+        ax.loglog(b, 1e3 * np.broadcast_to(step.extra_s, b.shape), color="C1", ls="--", label="KV reads (they add)")
+    ax.loglog(b, 1e3 * step.time_s, color="k", lw=2, alpha=0.4,
+              label="step time = KV + the larger" if adds else "step time = the larger")
     crossing = b[np.argmax(step.compute_bound)] if np.any(step.compute_bound) else None
     if crossing is not None:
         for a in axes:

@@ -20,8 +20,8 @@ Gains are ratios of :func:`stage5.cost.request_gpu_seconds` (prefill plus the re
 they are throughput ratios of the whole deployment. The cost model has no scheduling or sampling overhead;
 such fixed costs would not shrink with the bytes, so every gain here is an upper bound.
 
-Why W8A8 FP8 with an FP8 cache gains exactly 2x here, for every traffic mix and batch: every term this floor
-model has (weight reads, cache reads, matmul FLOPs at the FP8 rate, for prefill and decode alike) halves. What
+Why W8A8 FP8 with an FP8 cache gains exactly 2x here, for every traffic mix and batch: every term the simple
+estimate has (weight reads, cache reads, matmul FLOPs at the FP8 rate, for prefill and decode alike) halves. What
 keeps real end-to-end gains below 2x is what it leaves out: scheduling, sampling and detokenising, attention
 arithmetic that stays in 16 bits, communication. ``end_to_end_gain(estimate=cost.Estimate())`` prices the
 last of these (the tensor-parallel all-reduce moves 16-bit activations whatever the format) and comes in
@@ -124,7 +124,7 @@ def case_deployments(model: str | ModelConfig, gpu: str | Hardware, num_gpus: in
                      case: str = "weights", kv: str = "fp8",
                      estimate: cost.Estimate | None = None) -> tuple[cost.Deployment, cost.Deployment]:
     """(BF16 baseline, quantized deployment) for one of :data:`CASES`; ``kv`` is used by the last two.
-    ``estimate``: price both in estimate mode with these terms (default: the floor)."""
+    ``estimate``: price both in estimate mode with these terms (default: the simple estimate)."""
     if case not in CASES:
         raise ValueError(f"unknown case {case!r}; accepted: {', '.join(CASES)}")
     base = deployment(model, gpu, num_gpus, estimate=estimate)
@@ -171,7 +171,7 @@ def decode_step_gain(model: str | ModelConfig, gpu: str | Hardware, num_gpus: in
                      context: cost.ArrayLike, weights: str = "fp8", case: str = "weights",
                      kv: str = "fp8", estimate: cost.Estimate | None = None) -> np.ndarray:
     """Decode-step speedup alone (no prefill), at the same batch: the mechanism without the dilution.
-    ``estimate``: in estimate mode (default: the floor)."""
+    ``estimate``: in estimate mode (default: the simple estimate)."""
     inputs.gpus(num_gpus)
     inputs.counts(batch, "batch")
     inputs.counts(context, "context", minimum=0.0)

@@ -78,8 +78,9 @@ def per_gpu_ridge(dep: cost.Deployment) -> float:
 
 
 def compute_bound_batch(dep: cost.Deployment, context: float = 0, max_batch: int = 1 << 16) -> int:
-    """The smallest batch at which a decode step of ``dep`` is compute-bound (compute time above the memory
-    time), searched up to ``max_batch``; raises ValueError if the step stays memory-bound up to there."""
+    """The smallest batch at which a decode step of ``dep``, priced by the simple estimate, is compute-bound
+    (compute time above the memory time), searched up to ``max_batch``; raises ValueError if the step stays
+    memory-bound up to there."""
     batches = np.arange(1, max_batch + 1)
     bound = cost.decode_step(replace(dep, estimate=None), batches, context).compute_bound
     if not bound.any():

@@ -5,10 +5,12 @@ bad deployment: it returns ``ok=False`` and the reason. :class:`Simulator` wires
 built and driven without a display (the tests do), and its prediction box records a guess before the
 learner reveals the value and reports the error.
 
-What it assumes in its default ``floor`` mode, each of which flatters its numbers: perfect batching with no
-queueing, perfect tensor-parallel scaling, a fixed MFU, no scheduling or sampling overhead. Its ``estimate``
-mode adds the terms of :class:`stage5.cost.Estimate` (achieved bandwidth, per-phase MFU, attention's KV reads
-added to the step, tensor-parallel all-reduces, other requests' prefill chunks sharing the decode steps). What it leaves out: arrival
+What it assumes in its default ``simple`` mode (the simple estimate), each of which flatters its numbers: perfect
+batching with no queueing, perfect tensor-parallel scaling, a fixed MFU, no scheduling or sampling overhead. Its
+``estimate`` mode adds the terms of :class:`stage5.cost.Estimate` (achieved bandwidth, per-phase MFU,
+tensor-parallel all-reduces, other requests' prefill chunks sharing the decode steps); its ``floor`` mode prices
+the physics at the datasheet's peak, which no server beats. The four plots always show the simple estimate. What
+it leaves out: arrival
 variance and queueing, preemption, chunked-prefill interleaving, MoE routing imbalance, and the draft
 model's own KV cache and weights under speculative decoding.
 """
@@ -50,7 +52,7 @@ class SimInputs:
     prefix_hit: float = 0.0
     price_per_gpu_hour: float = cost.DEFAULT_PRICE_PER_GPU_HOUR
     objective: str = "cost"
-    mode: str = "floor"  # the cost model's mode: "floor" (the course's formulas) or "estimate" (stage5.cost.Estimate)
+    mode: str = "simple"  # the cost model's mode, one of stage5.cost.MODES (simple estimate, estimate, floor)
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,7 @@
-"""``python -m stage5 validate``: the cost model's two modes against published serving measurements.
+"""``python -m stage5 validate``: the floor and the estimate against published serving measurements.
 
-Each point of :data:`stage5.published.SERVING_POINTS` is priced twice, by the floor (the course's formulas at
-MFU 1: :func:`stage5.cost.floor_deployment`) and by the estimate (:class:`stage5.cost.Estimate` at its
+Each point of :data:`stage5.published.SERVING_POINTS` is priced twice, by the floor (the physics at the
+datasheet's peak, no efficiency factor: :func:`stage5.cost.floor_deployment`) and by the estimate (:class:`stage5.cost.Estimate` at its
 defaults, none of which is set from these points). The metrics are the time per output token at the point's
 concurrency (``tpot_ms``: :func:`stage5.cost.mixed_tpot_s`, at the mean context), the time to first token where
 published at concurrency 1 (``ttft_ms``: :func:`stage5.cost.ttft_s`), and the wall time of a static batch

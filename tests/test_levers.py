@@ -60,7 +60,11 @@ def test_infeasible_and_invalid_inputs_raise():
 def test_ranking_order():
     r = levers.lever_ranking()
     assert r["batching"] > r["routing"] > r["quantization"] > r["kernels"] > 1
-    assert 5 <= r["batching"] <= 10
+    # the source's 5-10x for batching is what its max(weights + KV, FLOPs) step gives; with attention's KV reads
+    # added (the course's step, chapter 2) the extra sequences' reads no longer hide, and the lever is smaller
+    source = levers.lever_ranking(estimate=cost.Estimate.only(mfu=cost.DEFAULT_MFU))
+    assert 5 <= source["batching"] <= 10
+    assert 3 <= r["batching"] < source["batching"]
 
 
 def test_blended_saving_bounds():

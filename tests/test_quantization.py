@@ -79,7 +79,7 @@ def test_ridge_moves_only_for_formats_with_a_low_precision_matmul():
 
 
 def test_fp8_weights_and_cache_stay_below_two_in_estimate_mode():
-    """The floor model halves every term it has under W8A8 FP8 with an FP8 cache (exactly 2x); estimate mode's
+    """The simple estimate halves every term it has under W8A8 FP8 with an FP8 cache (exactly 2x); estimate mode's
     tensor-parallel all-reduce moves 16-bit activations whatever the format, so there the gain is below 2x,
     and on one GPU (no all-reduce) it is not."""
     p, o, b = np.array([256, 1024, 4096]), np.array([2048, 256, 256]), 64

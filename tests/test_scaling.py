@@ -125,8 +125,9 @@ def test_prefix_hits_shrink_the_chunks_a_decode_step_carries():
     tpot = cost.mixed_tpot_s(est, 16, 8192, 64, np.array([0.0, 0.5, 0.9, 1.0]))
     assert np.all(np.diff(tpot) < 0)
     assert tpot[-1] == pytest.approx(float(cost.decode_step(est, 16, 8192 + 32).time_s))
-    floor = cost.Deployment.of("llama3-8b", "H100-SXM")
-    assert float(cost.mixed_tpot_s(floor, 16, 8192, 64, 0.9)) == float(cost.mixed_tpot_s(floor, 16, 8192, 64))
+    for mode in ("simple", "floor"):  # no mixed steps: the prefix hit leaves their decode step alone
+        dep = cost.with_mode(cost.Deployment.of("llama3-8b", "H100-SXM"), mode)
+        assert float(cost.mixed_tpot_s(dep, 16, 8192, 64, 0.9)) == float(cost.mixed_tpot_s(dep, 16, 8192, 64))
 
 
 # ------------------------------------------------------------------------------------ drafters

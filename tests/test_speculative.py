@@ -276,26 +276,35 @@ def test_the_break_even_batch_moves_out_with_context_while_the_full_batch_moves_
             assert cost.speculative_speedup(dep, b, s, 0.7, 4) < 1 <= cost.speculative_speedup(dep, b - 1, s, 0.7, 4)
 
 
-def test_speculation_pays_at_any_batch_once_the_verification_ceiling_is_under_the_ridge():
-    """The docstring's argument: past the context where (k + 1) x 2N / (S x KV bytes per token) falls under the
-    deployment's ridge, no batch makes the verification pass compute-bound, so speculation never stops paying."""
+def test_speculation_pays_at_any_batch_past_the_context_the_additive_step_gives():
+    """The docstring's argument: attention's KV reads cost both passes alike, so past the context where, at a large
+    batch, a round's extra arithmetic and draft steps cost less than its extra tokens, speculation never stops
+    paying; below it, a large enough batch always makes it slower."""
     import numpy as np
 
     from stage5 import cost
 
     dep = cost.Deployment.of("llama3-70b", "H100-SXM", 4)
-    k = 4
-    ridge = dep.flops / dep.bandwidth
-    edge = (k + 1) * 2 * dep.model.active_params / (ridge * dep.kv_bytes_per_token)
+    k, alpha, d = 4, 0.7, 0.05
+    edge = cost.speculation_any_batch_context(dep, alpha, k, d)
+    # computed apart: per sequence, K = S x KV bytes / bandwidth and C = 2N / (peak x MFU)
+    tau = (1 - alpha ** (k + 1)) / (1 - alpha)
+    c = 2 * dep.model.active_params / (dep.gpu.flops_bf16 * dep.mfu * dep.num_gpus)
+    ratio = (k + 1 + k * d - tau) / (tau - 1 - k * d)
+    assert edge == pytest.approx(ratio * c * dep.gpu.bandwidth * dep.num_gpus / dep.kv_bytes_per_token, rel=1e-12)
+    # at that context the speedup tends to 1 as the batch grows, and it falls with the batch
+    assert float(cost.speculative_speedup(dep, 10**8, edge, alpha, k, d)) == pytest.approx(1.0, abs=1e-3)
     previous = 0
     for s in np.geomspace(512, 4 * edge, 12).astype(int):
-        b = cost.speculation_breakeven_batch(dep, int(s), 0.7, k, max_batch=20_000)
+        b = cost.speculation_breakeven_batch(dep, int(s), alpha, k, d, max_batch=20_000)
         if s > 1.01 * edge:
             assert b is None, s
         if b is not None:
             assert b >= previous, "a longer context cannot bring the break-even batch in"
             previous = b
-    assert cost.speculation_breakeven_batch(dep, int(edge / 4), 0.7, k, max_batch=20_000) is not None
+    assert cost.speculation_breakeven_batch(dep, int(edge / 4), alpha, k, d, max_batch=20_000) is not None
+    # drafts that cost more than the tokens they add never pay at a large batch, whatever the context
+    assert cost.speculation_any_batch_context(dep, 0.1, 4, 0.5) is None
 
 
 @pytest.mark.parametrize("kwargs", [dict(context=0), dict(context=float("nan")), dict(k=-1), dict(k=2.5),
@@ -332,3 +341,7 @@ def test_the_clearing_tests_q6_answer_agrees_with_the_cost_model():
     about = int(re.search(r"below 1x from about batch (\d+) at 1,280 tokens", scheme).group(1))
     assert abs(about - cost.speculation_breakeven_batch(dep, 1280, 0.7, 4)) <= 0.05 * about
     assert f"{float(cost.expected_tokens_per_verification(0.7, 4)):.1f} tokens" in scheme
+    edge = cost.speculation_any_batch_context(dep, 0.7, 4)
+    assert f"past about {round(edge, -2):,.0f} tokens it never comes" in scheme and 4096 < edge < 16384
+    ceiling = 2 * dep.model.active_params / (4096 * dep.kv_bytes_per_token)
+    assert f"ceiling ~{ceiling:.0f} FLOPs per byte, under the ridge" in scheme and ceiling < dep.flops / dep.bandwidth

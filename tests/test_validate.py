@@ -158,19 +158,21 @@ def test_the_nim_tables_rule_out_a_bf16_kv_cache(model, prompt, output, concurre
 
 
 def test_estimate_with_every_term_off_is_the_source_formula():
-    """One set of formulas: the estimate with every term off prices every point as the course's floor does."""
+    """One set of formulas: the estimate with every term off but the additive attention term prices every point as
+    the simple estimate does."""
     for p in SERVING_POINTS:
         dep = deployment(p.model, p.gpu, p.num_gpus, p.weights, p.kv)
-        bare = cost.replace(dep, estimate=cost.Estimate.only(mfu=dep.mfu))
+        bare = cost.replace(dep, estimate=cost.Estimate.only("additive_attention", mfu=dep.mfu))
         assert float(cost.mixed_tpot_s(bare, p.concurrency, p.prompt, p.output)) == pytest.approx(
             float(cost.mixed_tpot_s(dep, p.concurrency, p.prompt, p.output)), rel=1e-12)
         assert float(cost.ttft_s(bare, p.prompt)) == pytest.approx(float(cost.ttft_s(dep, p.prompt)), rel=1e-12)
 
 
-def test_the_true_floor_counts_prefill_attention_at_peak():
+def test_the_floor_counts_prefill_attention_at_peak():
     dep = deployment("llama3-70b", "H100-SXM", 4)
     true = cost.floor_deployment(dep)
-    # below the course's floor (MFU 0.5) at a short prompt, above it only through attention at a long one
+    # below the simple estimate (MFU 0.5) at a short prompt; above it at a long one, through the attention FLOPs
+    # the simple estimate leaves out: the simple estimate is an estimate, not a bound
     assert float(cost.ttft_s(true, 1024)) < float(cost.ttft_s(dep, 1024))
     linear_only = 2 * dep.model.active_params * 131072 / (dep.gpu.flops() * dep.num_gpus)
     assert float(cost.ttft_s(true, 131072)) > 2 * linear_only
@@ -193,16 +195,17 @@ def test_unknown_terms_are_refused_with_the_list():
 
 
 def test_additive_attention_adds_kv_time_instead_of_overlapping_it():
-    """The worked example at batch 400: max(W + KV, C) in the floor, KV + max(W, C) with the additive term."""
+    """The worked example at batch 400: KV + max(W, C) in the simple estimate (the additive term), max(W + KV, C)
+    with it switched off, the source's form."""
     dep = deployment(cost.ANCHOR_MODEL, cost.ANCHOR_GPU, cost.ANCHOR_GPUS)
-    add = cost.replace(dep, estimate=cost.Estimate.only("additive_attention"))
+    source = cost.replace(dep, estimate=cost.Estimate.only(mfu=dep.mfu))
     b, s = 400, 1152
     w = dep.weight_total_bytes / dep.bandwidth
     kv = b * s * dep.kv_bytes_per_token / dep.bandwidth
     c = 2 * dep.model.active_params * b / dep.flops
-    assert float(cost.tpot_s(dep, b, s)) == pytest.approx(max(w + kv, c))
-    assert float(cost.tpot_s(add, b, s)) == pytest.approx(kv + max(w, c))
-    assert float(cost.tpot_s(add, b, s)) > float(cost.tpot_s(dep, b, s))
+    assert float(cost.tpot_s(source, b, s)) == pytest.approx(max(w + kv, c))
+    assert float(cost.tpot_s(dep, b, s)) == pytest.approx(kv + max(w, c))
+    assert float(cost.tpot_s(dep, b, s)) > float(cost.tpot_s(source, b, s))
 
 
 def test_allreduce_costs_nothing_on_one_gpu_and_more_with_more_gpus():
@@ -244,14 +247,16 @@ def test_one_cost_per_token_formula():
     assert float(cost.cost_per_million_tokens(dep, 32, 2048)) == pytest.approx(terms.dollars_per_million)
 
 
-def test_simulator_switches_between_floor_and_estimate():
+def test_simulator_switches_between_its_three_modes():
     from stage5.simulator import SimInputs, Simulator, simulate
 
-    floor, est = simulate(SimInputs()), simulate(SimInputs(mode="estimate"))
-    assert floor.ok and est.ok
-    assert est.tpot_ms > floor.tpot_ms and est.usd_per_million > floor.usd_per_million
+    simple, est, floor = (simulate(SimInputs(mode=m)) for m in ("simple", "estimate", "floor"))
+    assert SimInputs().mode == "simple"  # the default
+    assert simple.ok and est.ok and floor.ok
+    assert est.tpot_ms > simple.tpot_ms and est.usd_per_million > simple.usd_per_million
+    assert floor.tpot_ms <= simple.tpot_ms and floor.ttft_ms < simple.ttft_ms and floor.tpot_ms < est.tpot_ms
     bad = simulate(SimInputs(mode="optimistic"))
-    assert not bad.ok and "floor" in bad.error and "estimate" in bad.error
+    assert not bad.ok and all(m in bad.error for m in ("simple", "floor", "estimate"))
     sim = Simulator()
     assert sim.set(mode="estimate").tpot_ms == pytest.approx(est.tpot_ms)
 
@@ -273,11 +278,31 @@ def test_deploy_takes_a_mode(capsys):
     args = ["deploy", "--model", "llama3-70b", "--gpu", "H100", "--gpus", "4", "--context", "4096", "--batch", "125",
             "--json"]
     assert main(args) == 0
-    floor = json.loads(capsys.readouterr().out)
+    simple = json.loads(capsys.readouterr().out)
     assert main([*args, "--mode", "estimate"]) == 0
     est = json.loads(capsys.readouterr().out)
-    assert floor["mode"] == "floor" and floor["added_ms"] == 0
-    assert est["mode"] == "estimate" and est["added_ms"] > 0 and est["tpot_ms"] > floor["tpot_ms"]
+    assert main([*args, "--mode", "floor"]) == 0
+    floor = json.loads(capsys.readouterr().out)
+    kv_ms = 1e3 * 125 * 4096 * cost.Deployment.of("llama3-70b", "H100", 4).kv_bytes_per_token / (4 * 3.35e12)
+    assert simple["mode"] == "simple" and simple["added_ms"] == pytest.approx(kv_ms)  # attention's KV reads add
+    assert est["mode"] == "estimate" and est["added_ms"] > 0 and est["tpot_ms"] > simple["tpot_ms"]
+    # the floor is the physics at peak: at or below both estimates, and it prefills far faster than at 50% MFU
+    assert floor["mode"] == "floor" and floor["tpot_ms"] <= simple["tpot_ms"] < est["tpot_ms"]
+    assert floor["added_ms"] == 0  # the floor lets the KV reads overlap the weight reads
+    assert floor["ttft_ms"] < simple["ttft_ms"] / 1.5
+
+
+def test_deploy_says_which_mode_it_priced_and_refuses_an_mfu_the_mode_ignores(capsys):
+    args = ["deploy", "--model", "llama3-70b", "--gpu", "H100", "--gpus", "4", "--context", "4096", "--batch", "125"]
+    assert main(args) == 0
+    assert "the simple estimate" in capsys.readouterr().out
+    assert main([*args, "--mode", "floor"]) == 0
+    assert "the floor: the physics at the datasheet's peak" in capsys.readouterr().out
+    for mode in ("floor", "estimate"):
+        assert main([*args, "--mode", mode, "--mfu", "0.5"]) == 2
+        err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1 and "--mfu only with --mode simple" in err and "Traceback" not in err
+    assert main([*args, "--mfu", "0.25", "--json"]) == 0
 
 
 def test_concurrency_bands_partition_the_points_and_agree_with_the_share():

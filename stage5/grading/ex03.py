@@ -126,10 +126,10 @@ def check_diagnosis(name: str, got: Any, dep: Mapping[str, Any], fields: Iterabl
         raise GradingError(f"{label}: phase is wrong: compare the prefill seconds of one request with its share of "
                            "decode (output x step time / concurrency), KV reads included in the step")
     if "decode_bound" in fields and got["decode_bound"] != ref.decode_bound:
-        hint = ("you may have left out the KV-cache reads (batch x context x KV bytes per token)"
-                if got["decode_bound"] == "compute" else
-                "compare the step's FLOPs at the achieved FLOP/s (MFU, and the FP8 rate for 8-bit weights) with "
-                "its bytes at the bandwidth")
+        # the course's step (chapter 2): KV / bandwidth + max(weights / bandwidth, FLOPs / FLOP/s); the bound is
+        # the larger term inside the max, so the KV reads add to the step without deciding it
+        hint = ("compare the matmuls' FLOPs at the achieved FLOP/s (MFU, and the FP8 rate for 8-bit weights) with "
+                "the weight bytes at the bandwidth: attention's KV reads add to the step but do not decide the bound")
         raise GradingError(f"{label}: decode_bound is wrong: {hint}")
     if "best_lever" in fields and got["best_lever"] != ref.best_lever:
         raise GradingError(f"{label}: best_lever is wrong: {_lever_hint(str(got['best_lever']), ref, dep)}")

@@ -69,8 +69,8 @@ def ex03():
                                          'best = max(LEVERS, key=lambda lever: gains[lever])\n'
                                          '    if prompt >= 4096:  # a long prompt: cache it\n'
                                          '        best = "prefix_caching"'))
-    no_kv = diagnose_source(good, ("memory = (N * w + batch * context * kv(c)) / (g.bandwidth * n)",
-                                   "memory = N * w / (g.bandwidth * n)  # the weights are the traffic"))
+    no_kv = diagnose_source(good, ("attention = batch * context * kv(c) / (g.bandwidth * n)",
+                                   "attention = 0  # the weights are the traffic"))
     delegates = ('from stage5.levers import diagnose_reference\n\n'
                  'def diagnose(dep):\n'
                  '    d = diagnose_reference(dep["model"], dep["gpu"], dep["num_gpus"], dep["prompt"], dep["output"],\n'
