@@ -46,7 +46,7 @@ REFERENCE_CALLS = frozenset({"kv_bytes_per_token", "kv_bytes_per_sequence", "wei
                              "experts_touched", "cost_per_million_tokens", "decode_throughput", "cost_terms",
                              "estimate_deployment", "floor_deployment", "attention_flops", "request_gpu_seconds",
                              "speculative_speedup", "expected_tokens_per_verification",
-                             "speculation_any_batch_context"})
+                             "speculation_any_batch_context", "speculation_breakeven_batch"})
 
 
 def _module_file(module: str) -> Path:
