@@ -3,8 +3,9 @@ one-number mutant of the reference solution that changes a graded answer fails a
 
 In-process and fast. The mutants are generated, not chosen: in every answer cell's solution, each number is
 doubled and halved, each ``* / + - **`` is swapped for its counterpart, each side of a sum or difference is
-dropped, a ``max(0, x)`` or ``min(a, x)`` becomes ``x``, and ``math.floor`` becomes ``math.ceil``. A mutant that leaves every graded answer within the checks'
-tolerance changes nothing a learner is graded on, and is listed as such; every other mutant must fail a check.
+dropped, a ``max(0, x)`` or ``min(a, x)`` becomes ``x``, and ``math.floor`` becomes ``math.ceil``. A mutant
+that leaves every graded answer within the checks' tolerance changes nothing a learner is graded on, and is
+listed as such; every other mutant must fail a check.
 """
 
 from __future__ import annotations
@@ -35,27 +36,32 @@ def _cells(assignment: str) -> list[tuple[str, str, dict[str, Any]]]:
 
 
 class _Mutator(ast.NodeTransformer):
-    """Applies the ``target``-th mutation site's ``variant`` (counting sites in walk order) and nothing else."""
+    """Applies the ``target``-th mutation site's ``variant`` (counting sites in walk order) and nothing else;
+    ``variants`` is how many that site has (a number: doubled or halved; a sum or difference: the operator
+    swapped, or either side dropped; anything else: one)."""
 
     def __init__(self, target: int, variant: int):
-        self.site, self.target, self.variant, self.what = -1, target, variant, ""
+        self.site, self.target, self.variant, self.variants, self.what = -1, target, variant, 1, ""
 
-    def _hit(self) -> bool:
+    def _hit(self, variants: int = 1) -> bool:
         self.site += 1
-        return self.site == self.target
+        if self.site == self.target:
+            self.variants = variants
+            return True
+        return False
 
     def visit_Constant(self, node: ast.Constant) -> ast.AST:
         if isinstance(node.value, (int, float)) and not isinstance(node.value, bool) and node.value not in (0, 1):
-            if self._hit():
-                factor = (2, 0.5)[self.variant % 2]
+            if self._hit(variants=2):
+                factor = (2, 0.5)[self.variant]
                 self.what = f"{node.value!r} -> {node.value * factor!r}"
                 return ast.copy_location(ast.Constant(node.value * factor), node)
         return node
 
     def visit_BinOp(self, node: ast.BinOp) -> ast.AST:
         self.generic_visit(node)
-        if type(node.op) in SWAP and self._hit():
-            if isinstance(node.op, (ast.Add, ast.Sub)) and self.variant in (1, 2):
+        if type(node.op) in SWAP and self._hit(variants=3 if isinstance(node.op, (ast.Add, ast.Sub)) else 1):
+            if self.variant in (1, 2):
                 kept = node.left if self.variant == 1 else node.right
                 self.what = f"{ast.unparse(node)} -> {ast.unparse(kept)}"
                 return kept
@@ -80,29 +86,19 @@ class _Mutator(ast.NodeTransformer):
         return self.generic_visit(node)
 
 
-def _variants(node: ast.AST) -> int:
-    return 3 if isinstance(node, ast.BinOp) and isinstance(node.op, (ast.Add, ast.Sub)) else (
-        2 if isinstance(node, ast.Constant) else 1)
-
-
 def _mutants(source: str) -> list[tuple[str, str]]:
     """(what changed, mutated solution text) for every site and variant of one solution block."""
-    out, target = [], 0
-    while True:
-        found = False
-        for variant in range(3):
+    out = []
+    for target in range(10_000):
+        variant, variants = 0, 1
+        while variant < variants:
             m = _Mutator(target, variant)
             tree = m.visit(copy.deepcopy(ast.parse(source)))
-            if m.site < target:  # fewer sites than target: done
+            if not m.what:  # no site numbered ``target``: every site is done
                 return out
-            found = True
-            if m.what and (variant == 0 or m.what not in {w for w, _ in out[-2:]}):
-                out.append((m.what, ast.unparse(tree)))
-        target += found
-
-
-
-
+            out.append((m.what, ast.unparse(tree)))
+            variant, variants = variant + 1, m.variants
+    raise AssertionError("more than 10,000 mutation sites in one solution block")
 
 
 def _solution_blocks(cells) -> list[tuple[str, str, str, str]]:
