@@ -12,7 +12,8 @@ and which terms are charged.
 ``floor`` (:func:`floor_deployment`): the physics at the datasheet's peak, with no efficiency factor. Bytes /
 peak bandwidth and FLOPs / peak FLOP/s (an MFU of 1), overlapped perfectly (the step takes the larger), with
 prefill's causal attention FLOPs counted and only the input-embedding rows a step looks up read; communication
-between GPUs is free (charging the link bytes over the link bandwidth could only raise it). Nothing in it can run faster on the hardware; ``python -m stage5 validate`` checks that no published measurement beats it.
+between GPUs is free (charging the link bytes over the link bandwidth could only raise it). Nothing in it can
+run faster on the hardware; ``python -m stage5 validate`` checks that no published measurement beats it.
 
 ``simple`` (a :class:`Deployment` with ``estimate=None``, the default): the simple estimate, the source text's
 derivation with one efficiency factor, the MFU (default 0.5, :data:`DEFAULT_MFU`), and the course's one step
@@ -22,10 +23,10 @@ the weight matmuls instead of hiding under them (chapter 2; Austin et al., "How 
 inference chapter); the source text's max(all bytes / bandwidth, FLOPs / FLOP/s) survives only in the floor,
 where letting everything overlap is what makes it a bound, and in the roofline pictures (one intensity per
 step). A prefill step is max(bytes / bandwidth, FLOPs / FLOP/s): its KV writes stream beside the matmuls.
-FLOPs are 2 x active parameters per token (attention-score FLOPs are left out: they add under 10% for Llama 3 70B at 4K context); tensor
-parallelism scales perfectly across ``num_gpus`` with no communication cost; one MFU regardless of batch;
-perfect batching with no queueing. It is an estimate, not a bound: at 50% MFU a real prefill can beat it, and at long prompts its
-missing attention FLOPs make it too fast.
+FLOPs are 2 x active parameters per token (attention-score FLOPs are left out: they add under 10% for Llama 3
+70B at 4K context); tensor parallelism scales perfectly across ``num_gpus`` with no communication cost; one MFU
+regardless of batch; perfect batching with no queueing. It is an estimate, not a bound: at 50% MFU a real
+prefill can beat it, and at long prompts its missing attention FLOPs make it too fast.
 
 ``estimate`` (``Deployment(..., estimate=Estimate())``): the simple estimate plus the terms a real server pays,
 each a named field of :class:`Estimate` with its source, and each can be switched off alone
