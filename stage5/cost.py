@@ -85,6 +85,11 @@ class Estimate:
         MLP), each by the algorithm an engine picks for its size (:func:`allreduce_one_s`: one-shot or two-shot
         inside an NVLink domain, NCCL's ring otherwise, the network past one server). Link bandwidths and
         latencies are in :class:`stage5.hardware.Hardware`.
+    ``server_nics``: an all-reduce across servers carries its bytes over all of a server's NICs at once (NCCL runs
+        several rings, each through a different NIC: :func:`network_bus_bandwidth`, at the NCCL maintainers'
+        measured 96%); switched off, over one NIC per GPU, as this model priced it before. The term was corrected
+        after FasterTransformer's rows past one server (:mod:`stage5.published`) showed the one-NIC ring too slow, so
+        that source counts as in sample; its efficiency is a measurement from elsewhere.
     ``prefill_attention``: the causal attention FLOPs of prefill, quadratic in the prompt (the floor,
         :func:`floor_deployment`, counts them too; the simple estimate leaves them out, as the source text does).
     ``mixed_step``: under load, decode shares each step with other requests' prefill chunks (chunked prefill,
@@ -107,6 +112,7 @@ class Estimate:
     mixed_step: bool = True
     step_token_budget: int = 8192
     embedding_lookup: bool = True
+    server_nics: bool = True
 
     def __post_init__(self) -> None:
         for name in ("bandwidth_fraction", "prefill_mfu", "decode_mfu"):
@@ -130,13 +136,13 @@ class Estimate:
         estimate does."""
         base = cls()
         off = cls(bandwidth_fraction=1.0, prefill_mfu=mfu, decode_mfu=mfu, additive_attention=False, allreduce=False,
-                  prefill_attention=False, mixed_step=False, embedding_lookup=False)
+                  prefill_attention=False, mixed_step=False, embedding_lookup=False, server_nics=False)
         _check_terms(terms)
         return replace(off, **{t: getattr(base, t) for t in terms})
 
 
 TERMS = ("bandwidth_fraction", "prefill_mfu", "decode_mfu", "additive_attention", "allreduce", "prefill_attention",
-         "mixed_step", "embedding_lookup")  # the switchable terms, in the order a chapter adds them
+         "mixed_step", "embedding_lookup", "server_nics")  # the switchable terms, in the order a chapter adds them
 
 
 def _check_terms(terms: tuple[str, ...]) -> None:
@@ -457,7 +463,7 @@ def allreduce_algorithm(gpu: Hardware, n: int, message_bytes: float) -> str:
     return "ring"
 
 
-def allreduce_one_s(gpu: Hardware, n: int, message_bytes: ArrayLike) -> np.ndarray:
+def allreduce_one_s(gpu: Hardware, n: int, message_bytes: ArrayLike, server_nics: bool = True) -> np.ndarray:
     """Time of one all-reduce of ``message_bytes`` over ``n`` GPUs, by the algorithm :func:`allreduce_algorithm`
     picks for each message.
 
@@ -465,7 +471,10 @@ def allreduce_one_s(gpu: Hardware, n: int, message_bytes: ArrayLike) -> np.ndarr
     over its links. two-shot: two such latencies + 2(n-1)/n of the message each way. ring (NCCL): its launch
     latency + 2(n-1) steps of the link's per-hop latency + 2(n-1)/n of the message over each link. Across nodes,
     NCCL's tuning model (src/graph/tuning.cc) charges 2 x nodes of the 2(n-1) steps at the network's latency
-    (``node_link_latency_s``) and the rest at the link's, and the bandwidth is the NIC's. Link bandwidths are per
+    (``node_link_latency_s``) and the rest at the link's. NCCL runs several rings (channels) at once, each leaving
+    the server through a different NIC, so the network carries the message at all of a server's NICs together
+    (one per GPU, at the measured ``node_link_efficiency``); NVLink caps it where it is the slower.
+    ``server_nics=False`` prices one NIC per ring instead (:attr:`Estimate.server_nics`). Link bandwidths are per
     direction, times the measured ``link_efficiency``.
     """
     m = np.asarray(message_bytes, dtype=float)
@@ -479,14 +488,21 @@ def allreduce_one_s(gpu: Hardware, n: int, message_bytes: ArrayLike) -> np.ndarr
         "two-shot": 2 * gpu.allreduce_latency_s + share * m / link,
         "ring": gpu.collective_latency_s + 2 * (n - 1) * gpu.link_latency_s + share * m / link,
         "ring across nodes": (gpu.collective_latency_s + (2 * (n - 1) - 2 * nodes) * gpu.link_latency_s
-                              + 2 * nodes * gpu.node_link_latency_s
-                              + share * m / (min(gpu.link_bandwidth, gpu.node_link_bandwidth) * gpu.link_efficiency)),
+                              + 2 * nodes * gpu.node_link_latency_s + share * m / network_bus_bandwidth(gpu, n, server_nics)),
     }
     algo = np.vectorize(lambda x: allreduce_algorithm(gpu, n, float(x)), otypes=[object])(m)
     out = np.zeros_like(m)
     for name, t in times.items():
         out = np.where(algo == name, t, out)
     return out
+
+
+def network_bus_bandwidth(gpu: Hardware, n: int, server_nics: bool = True) -> float:
+    """Bus bandwidth of NCCL's ring over ``n`` GPUs that span servers: each server's NICs (one per GPU taking part;
+    one NIC with ``server_nics=False``) at ``node_link_efficiency``, or NVLink at ``link_efficiency`` where that is
+    the slower."""
+    nics = min(n, gpu.gpus_per_node) if server_nics else 1
+    return min(gpu.link_bandwidth * gpu.link_efficiency, nics * gpu.node_link_bandwidth * gpu.node_link_efficiency)
 
 
 def allreduce_s(dep: Deployment, tokens: ArrayLike) -> np.ndarray:
@@ -499,7 +515,7 @@ def allreduce_s(dep: Deployment, tokens: ArrayLike) -> np.ndarray:
     if dep.estimate is None or not dep.estimate.allreduce or n == 1:
         return np.zeros_like(x)
     message = x * dep.model.hidden_size * 2.0
-    return 2 * dep.model.num_layers * allreduce_one_s(dep.gpu, n, message)
+    return 2 * dep.model.num_layers * allreduce_one_s(dep.gpu, n, message, dep.estimate.server_nics)
 
 
 def attention_flops(model: ModelConfig, new_tokens: ArrayLike, cached: ArrayLike = 0) -> np.ndarray:

@@ -53,8 +53,13 @@ class Hardware:
     gpus_per_node: int = 8
     # Inter-node bandwidth per GPU and direction: one ConnectX-7 400 Gb/s NIC per GPU (DGX H100/H200/B200: "eight
     # single-port NVIDIA ConnectX-7 VPI, up to 400 Gb/s", DGX BasePOD reference architecture, "Core Components"),
-    # 50 GB/s. Assumed for every server without its own figure below.
+    # 50 GB/s. Assumed for every server without its own figure below. A server has one NIC per GPU, and NCCL
+    # spreads a ring's channels over all of them (:func:`stage5.cost.allreduce_one_s`).
     node_link_bandwidth: float = 50 * GB
+    # All-reduce bus bandwidth reached across servers over their NICs: 192 GB/s of a DGX A100's 8 x 200 Gb/s
+    # (200 GB/s), 96%, measured by NCCL's maintainers (github.com/NVIDIA/nccl/issues/812, 2023). Applied to every
+    # network, for want of a measurement on the others.
+    node_link_efficiency: float = 0.96
     # Latency of one ring step over the network: NCCL's tuning model, hwLat[NET][Ring][LL] = 2.7 us
     # (NVIDIA/nccl src/graph/tuning.cc).
     node_link_latency_s: float = 2.7e-6

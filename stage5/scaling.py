@@ -159,6 +159,6 @@ def pipeline_decode(model: str | ModelConfig, gpu: str | Hardware, tp: int, pp: 
         p2p = 0.0
     else:
         message = micro * cfg.hidden_size * 2.0
-        p2p = hw.node_link_latency_s + message / (hw.node_link_bandwidth * hw.link_efficiency)
+        p2p = hw.node_link_latency_s + message / (hw.node_link_bandwidth * hw.node_link_efficiency)
     tpot = max(pp * (stage + p2p), m * stage)
     return PipelineDecode(tp, pp, m, stage, p2p, tpot, 1 - m * stage / tpot, batch / tpot)

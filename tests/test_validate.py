@@ -17,7 +17,8 @@ def test_validate_json_has_exactly_the_issue_shape(capsys):
     assert main(["validate", "--json"]) == 0
     report = json.loads(capsys.readouterr().out)
     assert set(report) == {"points", "estimate_within_25pct", "floor_is_lower_bound", "shares", "sources",
-                           "set_aside_queued", "not_priced", "static_batches_memory_model_rejects"}
+                           "set_aside_queued", "not_priced", "static_batches_memory_model_rejects",
+                           "chosen_after_looking"}
     keys = {"id", "metric", "measured", "floor", "estimate", "floor_ratio", "estimate_ratio", "source", "gpu"}
     assert report["points"] and all(set(p) == keys for p in report["points"])
     for p in report["points"]:
@@ -49,8 +50,27 @@ def test_four_or_more_independent_sources_beyond_nim_on_h100():
     assert len(others) >= 4
     assert any(g.startswith("A100") for _, g in used) and any(g == "MI300X" for _, g in used)
     held_out = [k for k, s in SOURCES.items() if not s.in_sample]
-    assert len(held_out) >= 4 and {"trtllm-0.6", "vllm-ci", "dstack-mi300x", "lmdeploy-a100", "ft-530b"} <= set(held_out)
+    assert len(held_out) >= 4 and {"trtllm-0.6", "vllm-ci", "dstack-mi300x", "lmdeploy-a100"} <= set(held_out)
+    # FasterTransformer's rows led to the server_nics correction, so they are in sample
+    assert SOURCES["ft-530b"].in_sample and "server_nics" in cost.TERMS
     assert all(k in others for k in held_out), "every held-out source keeps rows after the queueing rule"
+
+
+def test_terms_chosen_after_looking_make_their_sources_in_sample_and_report_the_shares_without():
+    report = validate.summary()
+    got = report["chosen_after_looking"]
+    assert set(got) == set(validate.CHOSEN_AFTER_LOOKING) and set(got) <= set(cost.TERMS)
+    for term, entry in got.items():
+        assert entry["looked_at"] == list(validate.CHOSEN_AFTER_LOOKING[term])
+        assert all(SOURCES[k].in_sample for k in entry["looked_at"])
+        assert set(entry["looked_at_without"]) == set(entry["looked_at"])
+        # the term moved the shares it was chosen on: without it its sources score differently
+        for k in entry["looked_at"]:
+            assert entry["looked_at_without"][k] != report["shares"]["by_source"][k]
+    # the network correction: FasterTransformer within x1.5 on at least 9 in 10 points with it, half without
+    ft_with = report["shares"]["by_source"]["ft-530b"]["within_1.5x"]
+    ft_without = got["server_nics"]["looked_at_without"]["ft-530b"]["within_1.5x"]
+    assert ft_with >= 0.9 > 0.6 > ft_without
 
 
 def test_floor_is_at_or_below_every_published_latency():
@@ -61,28 +81,29 @@ def test_floor_is_at_or_below_every_published_latency():
 
 # Issue 29's targets, source-balanced over the seven sources. Not met; each marker is strict, so the test fails
 # (and the marker must go) the day the estimate reaches its target. The measured shares are in the reasons.
-@pytest.mark.xfail(strict=True, reason="source-balanced, the estimate is within 25% on 54% of points (target 75%): "
-                   "in sample 75% (gpt-fast 71%, NIM 78%), held out 46% (TensorRT-LLM 0.6 35%, vLLM CI 100%, "
-                   "vLLM on MI300X 0%, LMDeploy on A100 65%, FasterTransformer on 16-32 A100 29%)")
+@pytest.mark.xfail(strict=True, reason="source-balanced, the estimate is within 25% on 59% of points (target 75%): "
+                   "in sample 70% (gpt-fast 71%, NIM 78%, FasterTransformer on 16-32 A100 61%), held out 51% "
+                   "(TensorRT-LLM 0.6 39%, vLLM CI 100%, vLLM on MI300X 0%, LMDeploy on A100 65%)")
 def test_estimate_is_within_25_percent_on_three_quarters_of_points_source_balanced():
     assert validate.summary()["shares"]["source_balanced"]["within_25pct"] >= validate.TARGET_SHARE == 0.75
 
 
-@pytest.mark.xfail(strict=True, reason="source-balanced, the estimate is within x1.5 on 67% of points (target 90%): "
-                   "in sample 91%, held out 58% (TensorRT-LLM 0.6 58%, vLLM CI 100%, vLLM on MI300X 0%, "
-                   "LMDeploy on A100 81%, FasterTransformer on 16-32 A100 51%)")
+@pytest.mark.xfail(strict=True, reason="source-balanced, the estimate is within x1.5 on 75% of points (target 90%): "
+                   "in sample 92% (FasterTransformer 94%), held out 62% (TensorRT-LLM 0.6 67%, vLLM CI 100%, "
+                   "vLLM on MI300X 0%, LMDeploy on A100 81%)")
 def test_estimate_is_within_x1_5_on_nine_tenths_of_points_source_balanced():
     assert validate.summary()["shares"]["source_balanced"]["within_1.5x"] >= validate.TARGET_WIDE_SHARE == 0.9
 
 
 def test_recorded_shares_do_not_fall():
-    """A ratchet under the unmet targets: the source-balanced shares recorded with the fifth held-out source
-    (54.1% within 25%, 67.4% within x1.5). They were 57% and 68% with three held-out sources and 58% and 70% with
-    LMDeploy's; FasterTransformer's rows past one server lowered them (29% and 51% there: the estimate's all-reduce
-    across servers is too slow at large batches, test_past_one_nvlink_domain_*). A change
-    that lowers them must say why."""
+    """A ratchet under the unmet targets: the source-balanced shares recorded after the network correction
+    (59.0% within 25%, 74.7% within x1.5). They were 57% and 68% with three held-out sources, 58% and 70% with
+    LMDeploy's, and 54% and 67% with FasterTransformer's rows past one server, when the all-reduce across servers
+    went through one NIC per ring. Then the ring was given every NIC of a server (Estimate.server_nics; 55% and 69%
+    with it switched off, the rest being TensorRT-LLM's A100 table read per GPU as the page's later revision heads
+    it). A change that lowers them must say why."""
     balanced = validate.summary()["shares"]["source_balanced"]
-    assert balanced["within_25pct"] >= 0.54 and balanced["within_1.5x"] >= 0.67, balanced
+    assert balanced["within_25pct"] >= 0.59 and balanced["within_1.5x"] >= 0.747, balanced
 
 
 def test_published_points_span_gpus_prompts_and_concurrency_and_cite_a_table():
@@ -314,7 +335,7 @@ def test_concurrency_bands_partition_the_points_and_agree_with_the_share():
     assert all(validate.WITHIN[0] / 4 < median < validate.WITHIN[1] * 4 for _, _, median in bands.values())
 
 
-def test_past_one_nvlink_domain_the_floor_holds_and_the_estimate_is_close_only_at_small_batches():
+def test_past_one_nvlink_domain_the_floor_holds_and_the_estimate_is_within_x1_5_at_both_ends():
     """FasterTransformer's Megatron-530B table, tensor parallel over 16 and 32 A100s on two and four servers: the one
     published check of the model past one NVLink domain (chapter 11 states what it shows)."""
     from stage5.hardware import get_gpu
@@ -332,14 +353,17 @@ def test_past_one_nvlink_domain_the_floor_holds_and_the_estimate_is_close_only_a
     # every point crosses servers, and its all-reduces at batch 256 take the ring across nodes
     assert all(p.num_gpus > a100.nvlink_domain for p in points.values())
     assert cost.allreduce_algorithm(a100, 16, 256 * 20 * 20480 * 2) == "ring across nodes"
-    # the floor holds on every point; the estimate is within x1.5 on every batch-1 row, too slow by more at batch 256
-    # (chapter 11 states both; a change to the network term must update it and this test)
+    # the floor holds on every point; the estimate is within x1.5 on every batch-1 and every batch-256 row (chapter 11
+    # states both; a change to the network term must update it and this test)
     assert all(r.floor <= r.measured for r in rows.values())
     alone = [r for i, r in rows.items() if points[i].concurrency == 1]
     biggest = [r for i, r in rows.items() if points[i].concurrency == 256]
     assert len(alone) == 6 and all(validate.in_wide_band(r.estimate_ratio) for r in alone)
-    assert biggest and all(r.estimate_ratio > validate.WIDE[1] for r in biggest)
-    # without the all-reduce term the estimate at batch 256 comes back within x1.5: the excess is that term
+    assert biggest and all(validate.in_wide_band(r.estimate_ratio) for r in biggest)
+    # through one NIC per ring (the model before the correction) every batch-256 row is too slow by more than x1.5
+    one_nic = {r.id: r for r in validate.rows(cost.Estimate().without("server_nics")) if r.source == "ft-530b"}
+    assert all(one_nic[r.id].estimate_ratio > validate.WIDE[1] for r in biggest)
+    # without the all-reduce term at all, the batch-256 rows come back within x1.5 too: the term is not the excess
     off = cost.Estimate().without("allreduce")
     assert all(validate.in_wide_band(validate.predict_ms(points[r.id], "batch_ms", "estimate", off) / r.measured)
                for r in biggest)
