@@ -86,10 +86,11 @@ class Estimate:
         inside an NVLink domain, NCCL's ring otherwise, the network past one server). Link bandwidths and
         latencies are in :class:`stage5.hardware.Hardware`.
     ``server_nics``: an all-reduce across servers carries its bytes over all of a server's NICs at once (NCCL runs
-        several rings, each through a different NIC: :func:`network_bus_bandwidth`, at the NCCL maintainers'
-        measured 96%); switched off, over one NIC per GPU, as this model priced it before. The term was corrected
-        after FasterTransformer's rows past one server (:mod:`stage5.published`) showed the one-NIC ring too slow, so
-        that source counts as in sample; its efficiency is a measurement from elsewhere.
+        several rings, each through a different NIC: :func:`network_bus_bandwidth`, at the bus bandwidth an NCCL
+        maintainer reported); switched off, the model as it was before: one NIC per ring, at NVLink's measured
+        efficiency. The term was corrected after FasterTransformer's rows past one server (:mod:`stage5.published`)
+        showed the one-NIC ring too slow, so that source counts as in sample; its efficiency is a measurement from
+        elsewhere.
     ``prefill_attention``: the causal attention FLOPs of prefill, quadratic in the prompt (the floor,
         :func:`floor_deployment`, counts them too; the simple estimate leaves them out, as the source text does).
     ``mixed_step``: under load, decode shares each step with other requests' prefill chunks (chunked prefill,
@@ -474,7 +475,7 @@ def allreduce_one_s(gpu: Hardware, n: int, message_bytes: ArrayLike, server_nics
     (``node_link_latency_s``) and the rest at the link's. NCCL runs several rings (channels) at once, each leaving
     the server through a different NIC, so the network carries the message at all of a server's NICs together
     (one per GPU, at the measured ``node_link_efficiency``); NVLink caps it where it is the slower.
-    ``server_nics=False`` prices one NIC per ring instead (:attr:`Estimate.server_nics`). Link bandwidths are per
+    ``server_nics=False`` prices the model before that correction (:attr:`Estimate.server_nics`). Link bandwidths are per
     direction, times the measured ``link_efficiency``.
     """
     m = np.asarray(message_bytes, dtype=float)
@@ -498,10 +499,13 @@ def allreduce_one_s(gpu: Hardware, n: int, message_bytes: ArrayLike, server_nics
 
 
 def network_bus_bandwidth(gpu: Hardware, n: int, server_nics: bool = True) -> float:
-    """Bus bandwidth of NCCL's ring over ``n`` GPUs that span servers: each server's NICs (one per GPU taking part;
-    one NIC with ``server_nics=False``) at ``node_link_efficiency``, or NVLink at ``link_efficiency`` where that is
-    the slower."""
-    nics = min(n, gpu.gpus_per_node) if server_nics else 1
+    """Bus bandwidth of NCCL's ring over ``n`` GPUs that span servers: each server's NICs (one per GPU taking part)
+    at ``node_link_efficiency``, or NVLink at ``link_efficiency`` where that is the slower. (NCCL may run a tree
+    instead on few servers, which can do better; the ring is what is priced.) ``server_nics=False``: the model
+    before the correction, one NIC per ring at NVLink's ``link_efficiency``."""
+    if not server_nics:
+        return min(gpu.link_bandwidth, gpu.node_link_bandwidth) * gpu.link_efficiency
+    nics = min(n, gpu.gpus_per_node)
     return min(gpu.link_bandwidth * gpu.link_efficiency, nics * gpu.node_link_bandwidth * gpu.node_link_efficiency)
 
 

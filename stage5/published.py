@@ -26,7 +26,7 @@ SPECULATIVE_SPEEDUP_T5XXL = (2.0, 3.0)
 SPECULATIVE_SAMPLING_SPEEDUP_CHINCHILLA = (2.0, 2.5)
 # Sadhukhan et al., "MagicDec" (arXiv:2408.11049v3, cite key sadhukhan2024magicdec), abstract: speculative decoding
 # still speeds up long-context serving at these batch sizes (8 x A100), up to 1.84x for Llama 3.1 8B. (Later
-# versions of the paper report up to 2.51x for the same model; the course quotes version 3.)
+# versions report up to 2.51x for Llama 3.1 8B, on various hardware and tasks; the course quotes version 3.)
 MAGICDEC_BATCH = (32, 256)
 MAGICDEC_SPEEDUP_LLAMA31_8B = 1.84
 # Self-speculative decoding, the target drafting for itself. Zhang et al., "Draft & Verify" (ACL 2024, cite key

@@ -120,6 +120,18 @@ class PipelineDecode:
     throughput: float
 
 
+def pipeline_max_batch(model: str | ModelConfig, gpu: str | Hardware, tp: int, pp: int, context: float,
+                       weight_bytes: float = 2.0, kv_bytes: float = 2.0) -> int:
+    """Sequences of ``context`` tokens whose KV cache fits on ``pp`` stages of ``tp`` GPUs: all tp x pp GPUs' memory
+    less the weights and the reserve (:func:`stage5.cost.kv_budget_bytes`), over the cache of one sequence. A stage
+    holds only its own layers' cache, so a KV head is copied only where ``tp`` exceeds the KV heads
+    (:func:`stage5.cost.kv_replication` at ``tp``, not at tp x pp)."""
+    cfg = get_model(model)
+    dep = cost.Deployment(cfg, get_gpu(gpu), tp * pp, weight_bytes=weight_bytes, kv_bytes=kv_bytes)
+    one = float(cfg.kv_bytes_per_sequence(float(context), kv_bytes)) * cost.kv_replication(cfg, tp)
+    return int(cost.kv_budget_bytes(dep) // one)
+
+
 def pipeline_decode(model: str | ModelConfig, gpu: str | Hardware, tp: int, pp: int, batch: int, context: float,
                     microbatches: int | None = None, weight_bytes: float = 2.0, kv_bytes: float = 2.0,
                     estimate: cost.Estimate | None = None) -> PipelineDecode:
@@ -151,6 +163,11 @@ def pipeline_decode(model: str | ModelConfig, gpu: str | Hardware, tp: int, pp: 
         raise ValueError(f"{cfg.name} has {cfg.num_layers} layers, which {pp} stages cannot share evenly; "
                          f"allowed stage counts divide {cfg.num_layers}")
     hw = get_gpu(gpu)
+    fits = pipeline_max_batch(cfg, hw, tp, pp, context, weight_bytes, kv_bytes)
+    if batch > fits:
+        raise cost.InfeasibleDeployment(
+            f"KV-cache memory ran out: {batch} sequences of {context:g} tokens do not fit on {pp} stage(s) of {tp} x "
+            f"{hw.name}, which hold at most {fits}. Lower the batch or context, quantize the cache, or add GPUs.")
     est = estimate or cost.Estimate()
     dep = cost.Deployment(cfg, hw, tp, weight_bytes=weight_bytes, kv_bytes=kv_bytes, estimate=est)
     micro = batch / m

@@ -93,8 +93,8 @@ def test_network_ring_uses_every_nic_of_a_server_and_nccls_inter_node_steps():
     assert 8 * H100.node_link_bandwidth * H100.node_link_efficiency > H100.link_bandwidth * H100.link_efficiency
     expected = steps + 2 * (n - 1) / n * big / (H100.link_bandwidth * H100.link_efficiency)
     assert float(cost.allreduce_one_s(H100, n, big)) == pytest.approx(expected)
-    # one NIC per ring (the term switched off): the NIC is the bottleneck, eight times slower than all of them
-    one = steps + 2 * (n - 1) / n * big / (H100.node_link_bandwidth * H100.node_link_efficiency)
+    # the term switched off: the model before the correction, one NIC per ring at NVLink's measured efficiency
+    one = steps + 2 * (n - 1) / n * big / (H100.node_link_bandwidth * H100.link_efficiency)
     assert float(cost.allreduce_one_s(H100, n, big, server_nics=False)) == pytest.approx(one)
     assert H100.node_link_bandwidth == 50 * GB < H100.link_bandwidth  # 400 Gb/s NIC vs 450 GB/s NVLink
 
@@ -104,7 +104,7 @@ def test_a_dgx_a100_ring_across_servers_runs_at_the_measured_bus_bandwidth():
     # 8 x 200 Gb/s HDR NICs, 192 GB/s measured by NCCL's maintainers (NVIDIA/nccl#812): below NVLink's 231 GB/s
     assert cost.network_bus_bandwidth(a100, 16) == pytest.approx(192 * GB)
     assert cost.network_bus_bandwidth(a100, 32) == pytest.approx(192 * GB)
-    assert cost.network_bus_bandwidth(a100, 16, server_nics=False) == pytest.approx(24 * GB)
+    assert cost.network_bus_bandwidth(a100, 16, server_nics=False) == pytest.approx(25 * GB * a100.link_efficiency)
     # inside a server the ring never touches the network
     assert cost.allreduce_algorithm(a100, 8, 64 * MiB) == "ring"
     # the estimate's term switches it: with every NIC a large all-reduce across two servers is 8x shorter in bytes
@@ -141,21 +141,29 @@ def test_pipeline_bubble_follows_the_microbatches():
     assert two.tpot_s >= 2 * two.stage_s
 
 
-def test_pipeline_across_nodes_beats_tp_across_nodes_only_once_batches_are_large():
-    def tp16(batch):
-        return scaling.pipeline_decode("llama3.1-405b", "H100-SXM", 16, 1, batch, 4096)
+def test_pipeline_across_nodes_holds_twice_the_batch_and_wins_only_when_filled():
+    model, gpu, ctx = "llama3.1-405b", "H100-SXM", 4096
 
-    def pp2(batch):
-        return scaling.pipeline_decode("llama3.1-405b", "H100-SXM", 8, 2, batch, 4096)
+    def tp16(batch, estimate=None):
+        return scaling.pipeline_decode(model, gpu, 16, 1, batch, ctx, estimate=estimate)
 
+    def pp2(batch, estimate=None):
+        return scaling.pipeline_decode(model, gpu, 8, 2, batch, ctx, estimate=estimate)
+
+    cap16, cap_pp = (scaling.pipeline_max_batch(model, gpu, tp, pp, ctx) for tp, pp in ((16, 1), (8, 2)))
+    # TP 16 stores each of the 8 KV heads twice; a stage stores only its own layers' cache, once
+    assert cost.kv_replication(get_model(model), 16) == 2 and cap_pp in (2 * cap16, 2 * cap16 + 1)
+    # one stage is plain tensor parallelism: the same count as the cost model's own
+    assert cap16 == int(cost.max_concurrency(cost.Deployment.of(model, gpu, 16), ctx))
+    with pytest.raises(cost.InfeasibleDeployment, match="KV-cache memory ran out"):
+        tp16(cap16 + 1)
     assert tp16(1).tpot_s < pp2(1).tpot_s  # one sequence: pipelining adds a stage's wait, TP halves the reads
-    assert tp16(64).throughput > pp2(64).throughput  # two microbatches re-read each stage's weights
-    # at 256 TP 16's network all-reduces and its KV reads (copied heads past the 8 KV heads) outweigh the re-reads
-    assert pp2(256).throughput > tp16(256).throughput
-    # with one NIC per ring, as the model priced it before, the pipeline won from batch 64 already
+    for batch in (8, 64, cap16):  # wherever both hold the batch, the two microbatches' weight re-reads cost more
+        assert tp16(batch).throughput > pp2(batch).throughput
+    assert pp2(cap_pp).throughput > tp16(cap16).throughput  # filled to memory, the pipeline delivers more
+    # with one NIC per ring, as the model priced the network before, the pipeline won from batch 64 already
     one_nic = cost.Estimate().without("server_nics")
-    assert (scaling.pipeline_decode("llama3.1-405b", "H100-SXM", 8, 2, 64, 4096, estimate=one_nic).throughput
-            > scaling.pipeline_decode("llama3.1-405b", "H100-SXM", 16, 1, 64, 4096, estimate=one_nic).throughput)
+    assert pp2(64, one_nic).throughput > tp16(64, one_nic).throughput
 
 
 @pytest.mark.parametrize("kw,match", [({"pp": 3}, "stages cannot share"), ({"microbatches": 0}, "microbatches"),
