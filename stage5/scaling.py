@@ -21,7 +21,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from stage5 import cost
+from stage5 import cost, inputs
 from stage5.hardware import Hardware, get_gpu
 from stage5.models import ModelConfig, get_model
 
@@ -122,14 +122,17 @@ class PipelineDecode:
 
 def pipeline_max_batch(model: str | ModelConfig, gpu: str | Hardware, tp: int, pp: int, context: float,
                        weight_bytes: float = 2.0, kv_bytes: float = 2.0) -> int:
-    """Sequences of ``context`` tokens whose KV cache fits on ``pp`` stages of ``tp`` GPUs: all tp x pp GPUs' memory
-    less the weights and the reserve (:func:`stage5.cost.kv_budget_bytes`), over the cache of one sequence. A stage
-    holds only its own layers' cache, so a KV head is copied only where ``tp`` exceeds the KV heads
-    (:func:`stage5.cost.kv_replication` at ``tp``, not at tp x pp)."""
+    """Sequences of ``context`` tokens whose KV cache fits on ``pp`` stages of ``tp`` GPUs: the memory of all
+    tp x pp GPUs less their reserve and the weights (as :func:`stage5.cost.kv_budget_bytes` counts them), over the
+    cache of one sequence; 0 if nothing is left. A stage holds only its own layers' cache, so a KV head is copied
+    only where ``tp`` exceeds the KV heads (:func:`stage5.cost.kv_replication` at ``tp``, not at tp x pp)."""
+    tokens = inputs.positive(context, "context (tokens)")
+    stages = inputs.positive_int(pp, "pp (pipeline stages)")
     cfg = get_model(model)
-    dep = cost.Deployment(cfg, get_gpu(gpu), tp * pp, weight_bytes=weight_bytes, kv_bytes=kv_bytes)
-    one = float(cfg.kv_bytes_per_sequence(float(context), kv_bytes)) * cost.kv_replication(cfg, tp)
-    return int(cost.kv_budget_bytes(dep) // one)
+    one_stage = cost.Deployment(cfg, get_gpu(gpu), tp, weight_bytes=weight_bytes, kv_bytes=kv_bytes)
+    budget = stages * (one_stage.memory_bytes - one_stage.reserve_bytes) - one_stage.weight_total_bytes
+    one = float(cfg.kv_bytes_per_sequence(tokens, kv_bytes)) * cost.kv_replication(cfg, tp)
+    return max(0, int(budget // one))
 
 
 def pipeline_decode(model: str | ModelConfig, gpu: str | Hardware, tp: int, pp: int, batch: int, context: float,
@@ -164,10 +167,15 @@ def pipeline_decode(model: str | ModelConfig, gpu: str | Hardware, tp: int, pp: 
                          f"allowed stage counts divide {cfg.num_layers}")
     hw = get_gpu(gpu)
     fits = pipeline_max_batch(cfg, hw, tp, pp, context, weight_bytes, kv_bytes)
+    where = f"{pp} stage(s) of {tp} x {hw.name}"
+    if fits == 0:
+        raise cost.InfeasibleDeployment(
+            f"{cfg.name} leaves no room for the KV cache of one {context:,.0f}-token sequence on {where} after the "
+            f"weights and the reserve. Add stages or GPUs, quantize the weights or the cache, or shorten the context.")
     if batch > fits:
         raise cost.InfeasibleDeployment(
-            f"KV-cache memory ran out: {batch} sequences of {context:g} tokens do not fit on {pp} stage(s) of {tp} x "
-            f"{hw.name}, which hold at most {fits}. Lower the batch or context, quantize the cache, or add GPUs.")
+            f"KV-cache memory ran out: {batch} sequences of {context:,.0f} tokens do not fit on {where}, which hold "
+            f"at most {fits}. Lower the batch or context, quantize the cache, or add GPUs.")
     est = estimate or cost.Estimate()
     dep = cost.Deployment(cfg, hw, tp, weight_bytes=weight_bytes, kv_bytes=kv_bytes, estimate=est)
     micro = batch / m
@@ -176,6 +184,8 @@ def pipeline_decode(model: str | ModelConfig, gpu: str | Hardware, tp: int, pp: 
         p2p = 0.0
     else:
         message = micro * cfg.hidden_size * 2.0
-        p2p = hw.node_link_latency_s + message / (hw.node_link_bandwidth * hw.node_link_efficiency)
+        # the network's measured efficiency; with server_nics off, NVLink's, as the model priced it before
+        efficiency = hw.node_link_efficiency if est.server_nics else hw.link_efficiency
+        p2p = hw.node_link_latency_s + message / (hw.node_link_bandwidth * efficiency)
     tpot = max(pp * (stage + p2p), m * stage)
     return PipelineDecode(tp, pp, m, stage, p2p, tpot, 1 - m * stage / tpot, batch / tpot)

@@ -101,7 +101,7 @@ def test_network_ring_uses_every_nic_of_a_server_and_nccls_inter_node_steps():
 
 def test_a_dgx_a100_ring_across_servers_runs_at_the_measured_bus_bandwidth():
     a100 = get_gpu("A100-80GB")
-    # 8 x 200 Gb/s HDR NICs, 192 GB/s measured by NCCL's maintainers (NVIDIA/nccl#812): below NVLink's 231 GB/s
+    # 8 x 200 Gb/s HDR NICs, 192 GB/s reported by an NCCL maintainer (NVIDIA/nccl#812): below NVLink's 231 GB/s
     assert cost.network_bus_bandwidth(a100, 16) == pytest.approx(192 * GB)
     assert cost.network_bus_bandwidth(a100, 32) == pytest.approx(192 * GB)
     assert cost.network_bus_bandwidth(a100, 16, server_nics=False) == pytest.approx(25 * GB * a100.link_efficiency)
@@ -141,6 +141,16 @@ def test_pipeline_bubble_follows_the_microbatches():
     assert two.tpot_s >= 2 * two.stage_s
 
 
+def test_any_stage_count_that_divides_the_layers_is_priced_even_past_a_tensor_parallel_degree():
+    # 24 GPUs is no tensor-parallel degree for Llama 3.1 405B, but three stages of 8 are a valid layout
+    assert not cost.tp_allowed(get_model("llama3.1-405b"), 24)
+    three = scaling.pipeline_decode("llama3.1-405b", "H100-SXM", 8, 3, 8, 4096)
+    assert three.pp == 3 and three.throughput > 0
+    # a third stage's memory holds more sequences than two
+    assert (scaling.pipeline_max_batch("llama3.1-405b", "H100-SXM", 8, 3, 4096)
+            > scaling.pipeline_max_batch("llama3.1-405b", "H100-SXM", 8, 2, 4096))
+
+
 def test_pipeline_across_nodes_holds_twice_the_batch_and_wins_only_when_filled():
     model, gpu, ctx = "llama3.1-405b", "H100-SXM", 4096
 
@@ -167,7 +177,9 @@ def test_pipeline_across_nodes_holds_twice_the_batch_and_wins_only_when_filled()
 
 
 @pytest.mark.parametrize("kw,match", [({"pp": 3}, "stages cannot share"), ({"microbatches": 0}, "microbatches"),
-                                      ({"tp": 0}, "tp must")])
+                                      ({"tp": 0}, "tp must"), ({"context": 0}, "context"),
+                                      ({"context": float("nan")}, "context"), ({"context": -5}, "context"),
+                                      ({"tp": 1, "pp": 1}, "no room for the KV cache")])
 def test_pipeline_refuses_what_it_cannot_price(kw, match):
     args = {"model": "llama3-70b", "gpu": "H100-SXM", "tp": 8, "pp": 2, "batch": 8, "context": 1024} | kw
     with pytest.raises(ValueError, match=match):
