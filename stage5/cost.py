@@ -475,8 +475,8 @@ def allreduce_one_s(gpu: Hardware, n: int, message_bytes: ArrayLike, server_nics
     (``node_link_latency_s``) and the rest at the link's. NCCL runs several rings (channels) at once, each leaving
     the server through a different NIC, so the network carries the message at all of a server's NICs together
     (one per GPU, at the measured ``node_link_efficiency``); NVLink caps it where it is the slower.
-    ``server_nics=False`` prices the model before that correction (:attr:`Estimate.server_nics`). Link bandwidths are per
-    direction, times the measured ``link_efficiency``.
+    ``server_nics=False`` prices the model before that correction (:attr:`Estimate.server_nics`). Link bandwidths
+    are per direction, times the measured ``link_efficiency``.
     """
     m = np.asarray(message_bytes, dtype=float)
     if n == 1:
@@ -489,7 +489,8 @@ def allreduce_one_s(gpu: Hardware, n: int, message_bytes: ArrayLike, server_nics
         "two-shot": 2 * gpu.allreduce_latency_s + share * m / link,
         "ring": gpu.collective_latency_s + 2 * (n - 1) * gpu.link_latency_s + share * m / link,
         "ring across nodes": (gpu.collective_latency_s + (2 * (n - 1) - 2 * nodes) * gpu.link_latency_s
-                              + 2 * nodes * gpu.node_link_latency_s + share * m / network_bus_bandwidth(gpu, n, server_nics)),
+                              + 2 * nodes * gpu.node_link_latency_s
+                              + share * m / network_bus_bandwidth(gpu, n, server_nics)),
     }
     algo = np.vectorize(lambda x: allreduce_algorithm(gpu, n, float(x)), otypes=[object])(m)
     out = np.zeros_like(m)
@@ -498,15 +499,21 @@ def allreduce_one_s(gpu: Hardware, n: int, message_bytes: ArrayLike, server_nics
     return out
 
 
+def network_efficiency(gpu: Hardware, server_nics: bool = True) -> float:
+    """Share of a NIC's bandwidth reached: the measured ``node_link_efficiency``; with ``server_nics=False``,
+    NVLink's ``link_efficiency``, as the model priced the network before the correction
+    (:attr:`Estimate.server_nics`)."""
+    return gpu.node_link_efficiency if server_nics else gpu.link_efficiency
+
+
 def network_bus_bandwidth(gpu: Hardware, n: int, server_nics: bool = True) -> float:
-    """Bus bandwidth of NCCL's ring over ``n`` GPUs that span servers: each server's NICs (one per GPU taking part)
-    at ``node_link_efficiency``, or NVLink at ``link_efficiency`` where that is the slower. (NCCL may run a tree
-    instead on few servers, which can do better; the ring is what is priced.) ``server_nics=False``: the model
-    before the correction, one NIC per ring at NVLink's ``link_efficiency``."""
-    if not server_nics:
-        return min(gpu.link_bandwidth, gpu.node_link_bandwidth) * gpu.link_efficiency
-    nics = min(n, gpu.gpus_per_node)
-    return min(gpu.link_bandwidth * gpu.link_efficiency, nics * gpu.node_link_bandwidth * gpu.node_link_efficiency)
+    """Bus bandwidth of NCCL's ring over ``n`` GPUs that span servers: each server's NICs (one per GPU taking part;
+    one per ring with ``server_nics=False``) at :func:`network_efficiency`, or NVLink at ``link_efficiency`` where
+    that is the slower. (NCCL may run a tree instead on few servers, which can do better; the ring is what is
+    priced.)"""
+    nics = min(n, gpu.gpus_per_node) if server_nics else 1
+    return min(gpu.link_bandwidth * gpu.link_efficiency,
+               nics * gpu.node_link_bandwidth * network_efficiency(gpu, server_nics))
 
 
 def allreduce_s(dep: Deployment, tokens: ArrayLike) -> np.ndarray:

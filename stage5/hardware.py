@@ -58,8 +58,8 @@ class Hardware:
     node_link_bandwidth: float = 50 * GB
     # All-reduce bus bandwidth reached across servers over their NICs: 192 GB/s of a DGX A100's 8 x 200 Gb/s
     # (200 GB/s), 96%, reported by an NCCL maintainer (github.com/NVIDIA/nccl/issues/812, 2023; one figure, with no
-    # message size, algorithm or node count stated). Applied to every network, and to one NIC's point-to-point send between
-    # pipeline stages, for want of other measurements.
+    # message size, algorithm or node count stated). Applied to every network, and to one NIC's point-to-point send
+    # between pipeline stages, for want of other measurements.
     node_link_efficiency: float = 0.96
     # Latency of one ring step over the network: NCCL's tuning model, hwLat[NET][Ring][LL] = 2.7 us
     # (NVIDIA/nccl src/graph/tuning.cc).

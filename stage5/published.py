@@ -121,8 +121,9 @@ class ServingPoint:
 @dataclass(frozen=True)
 class Source:
     """Where a set of points was published, how it was run, and whether an estimate term was chosen or corrected
-    while looking at it (``in_sample``; :data:`stage5.validate.CHOSEN_AFTER_LOOKING` names the corrections). ``memory_policy`` and ``max_running`` are the engine's, for the queueing rule
-    (:func:`stage5.validate.queued`): a request beyond them waits."""
+    while looking at it (``in_sample``; :data:`stage5.validate.CHOSEN_AFTER_LOOKING` names the corrections).
+    ``memory_policy`` and ``max_running`` are the engine's, for the queueing rule (:func:`stage5.validate.queued`):
+    a request beyond them waits."""
 
     key: str
     engine: str

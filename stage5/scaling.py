@@ -184,8 +184,6 @@ def pipeline_decode(model: str | ModelConfig, gpu: str | Hardware, tp: int, pp: 
         p2p = 0.0
     else:
         message = micro * cfg.hidden_size * 2.0
-        # the network's measured efficiency; with server_nics off, NVLink's, as the model priced it before
-        efficiency = hw.node_link_efficiency if est.server_nics else hw.link_efficiency
-        p2p = hw.node_link_latency_s + message / (hw.node_link_bandwidth * efficiency)
+        p2p = hw.node_link_latency_s + message / (hw.node_link_bandwidth * cost.network_efficiency(hw, est.server_nics))
     tpot = max(pp * (stage + p2p), m * stage)
     return PipelineDecode(tp, pp, m, stage, p2p, tpot, 1 - m * stage / tpot, batch / tpot)
