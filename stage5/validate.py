@@ -20,7 +20,7 @@ out separately.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
 import numpy as np
 
@@ -76,7 +76,11 @@ def batch_s(dep: cost.Deployment, batch: int, prompt: int, output: int) -> float
 def predict_ms(point: ServingPoint, metric: str, mode: str, estimate: cost.Estimate | None = None) -> float:
     """One point's ``metric`` (a key of :data:`METRICS`) in ``mode`` ("floor" or "estimate"), in ms."""
     dep = _deployment(point)
-    dep = cost.floor_deployment(dep) if mode == "floor" else cost.estimate_deployment(dep, estimate)
+    return _priced_ms(cost.floor_deployment(dep) if mode == "floor" else cost.estimate_deployment(dep, estimate),
+                      point, metric)
+
+
+def _priced_ms(dep: cost.Deployment, point: ServingPoint, metric: str) -> float:
     if metric == "tpot_ms":
         return 1e3 * float(cost.mixed_tpot_s(dep, point.concurrency, point.prompt, point.output))
     if metric == "ttft_ms":
@@ -236,6 +240,106 @@ def term_shares() -> dict[str, float]:
     return out
 
 
+# ------------------------------------------------------------------------------------ what fitting would buy
+# The estimate's constants may not be set from these rows (issue 29). To show what that rule costs, they are fitted
+# anyway: each group of rows gets the bandwidth fraction, the MFU (prefill and decode alike) and, where a fit says
+# so, a fixed time per engine step, chosen from this grid to maximise the source-balanced shares. In sample by
+# construction: a ceiling on what tuning these constants can show, not a prediction for any other deployment.
+FIT_BANDWIDTH = tuple(round(0.30 + 0.05 * i, 2) for i in range(15))  # 0.30 to 1.00
+FIT_MFU = tuple(round(0.20 + 0.05 * i, 2) for i in range(17))  # 0.20 to 1.00
+FIT_STEP_MS = (0.0, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0)
+# (label, what the rows are grouped by, whether a fixed time per step is fitted too)
+FITS = (("one set for every row", "all", False), ("one set per GPU", "gpu", False),
+        ("one set per GPU, with a time per step", "gpu", True),
+        ("one set per source, with a time per step", "source", True))
+_EPS = 1e-9  # shares are sums of fractions: compare them with this slack
+
+
+@dataclass(frozen=True)
+class Fit:
+    """What constants fitted on the rows reach, as source-balanced shares.
+
+    ``within_25pct``, ``within_wide``: the best share in each band, each fitted on its own (in general by two
+    different sets of constants). ``frontier``: the pairs (within 25%, within x1.5) that one set of constants reaches
+    and no other set beats in both, best within 25% first. ``tight_constants``: for each group, the range of each
+    constant over the choices that give that group its best within-25% count (ties are common where a group has few
+    rows): ((bandwidth fraction low, high), (MFU low, high), (ms per step low, high)).
+    """
+
+    label: str
+    group_by: str  # "all", "gpu" or "source"
+    step_time: bool
+    within_25pct: float
+    within_wide: float
+    frontier: tuple[tuple[float, float], ...]
+    tight_constants: dict[str, tuple[tuple[float, float], tuple[float, float], tuple[float, float]]]
+
+    def reaches(self, within_25pct: float, within_wide: float) -> bool:
+        """Whether one set of constants reaches both shares at once."""
+        return any(a >= within_25pct - _EPS and b >= within_wide - _EPS for a, b in self.frontier)
+
+
+def _pareto(pairs: np.ndarray) -> np.ndarray:
+    """The rows of ``pairs`` (n x 2) that no other row matches or beats in both columns, first column descending."""
+    pairs = np.unique(np.round(pairs, 12), axis=0)
+    keep, best = [], -np.inf
+    for a, b in pairs[np.lexsort((-pairs[:, 1], -pairs[:, 0]))]:
+        if b > best + _EPS:
+            keep.append((a, b))
+            best = b
+    return np.array(keep)
+
+
+def fitted_ceilings(bandwidths: tuple[float, ...] = FIT_BANDWIDTH, mfus: tuple[float, ...] = FIT_MFU,
+                    step_ms: tuple[float, ...] = FIT_STEP_MS,
+                    fits: tuple[tuple[str, str, bool], ...] = FITS) -> list[Fit]:
+    """For each of ``fits``, what the rows reach when every group of them gets its own constants from the grid.
+
+    A source-balanced share is a sum over rows, each weighted one over (sources x rows of its source), so it is a
+    sum over groups: the best share in one band takes each group's best weighted count, and the shares one set of
+    constants reaches in both bands at once are the sums of one choice per group (their Pareto frontier, built group
+    by group). The time per step adds once per step the model prices: one for a TPOT or a TTFT (:func:`ttft_s`
+    prices a prompt as one prefill step, whatever its length), ``output`` for a static batch (its prefill and
+    ``output - 1`` decode steps, as :func:`batch_s` prices it)."""
+    if not (bandwidths and mfus and step_ms):
+        raise ValueError("fitted_ceilings needs at least one bandwidth fraction, one MFU and one time per step")
+    if not all(np.isfinite(o) and o >= 0 for o in step_ms):
+        raise ValueError(f"a time per step is a finite number of ms, 0 or more; got {list(step_ms)}")
+    unknown = {g for _, g, _ in fits} - {"all", "gpu", "source"}
+    if unknown:
+        raise ValueError(f"fits group rows by 'all', 'gpu' or 'source'; got {sorted(unknown)}")
+    priced = [(p, m) for p in SERVING_POINTS if not queued(p) for m in METRICS if getattr(p, m) is not None]
+    base = [_deployment(p) for p, _ in priced]
+    measured = np.array([getattr(p, m) for p, m in priced])
+    steps = np.array([p.output if m == "batch_ms" else 1 for p, m in priced])
+    keys = {"all": np.full(len(priced), "every row"), "gpu": np.array([p.gpu for p, _ in priced]),
+            "source": np.array([p.source_key for p, _ in priced])}
+    _, inverse, counts = np.unique(keys["source"], return_inverse=True, return_counts=True)
+    weight = 1 / (len(counts) * counts[inverse])
+    grid = [(b, u) for b in bandwidths for u in mfus]
+    est = np.array([[_priced_ms(cost.estimate_deployment(d, cost.Estimate(bandwidth_fraction=b, prefill_mfu=u,
+                                                                          decode_mfu=u)), p, m)
+                     for d, (p, m) in zip(base, priced, strict=True)] for b, u in grid])
+    candidates = np.array([(b, u, o) for (b, u) in grid for o in step_ms])
+    ratio = (est[:, None, :] + np.asarray(step_ms)[None, :, None] * steps) / measured
+    ratio = ratio.reshape(len(candidates), len(priced))
+    tight = ((ratio >= WITHIN[0]) & (ratio <= WITHIN[1])) * weight
+    wide = ((ratio >= WIDE[0]) & (ratio <= WIDE[1])) * weight
+    out = []
+    for label, group_by, step_time in fits:
+        allowed = candidates[:, 2] == 0 if not step_time else np.ones(len(candidates), dtype=bool)
+        frontier, ranges = np.zeros((1, 2)), {}
+        for group in np.unique(keys[group_by]):
+            rows_in = keys[group_by] == group
+            scores = np.column_stack([tight[allowed][:, rows_in].sum(1), wide[allowed][:, rows_in].sum(1)])
+            frontier = _pareto((frontier[:, None, :] + _pareto(scores)[None, :, :]).reshape(-1, 2))
+            best = candidates[allowed][scores[:, 0] >= scores[:, 0].max() - _EPS]
+            ranges[str(group)] = tuple((float(best[:, i].min()), float(best[:, i].max())) for i in range(3))
+        out.append(Fit(label, group_by, step_time, float(frontier[:, 0].max()), float(frontier[:, 1].max()),
+                       tuple((float(a), float(b)) for a, b in frontier), ranges))
+    return out
+
+
 def plot_predicted_vs_measured(report: dict[str, object] | None = None, ax=None):
     """Predicted against measured for both modes on log-log axes, with the y = x line and the 0.8-1.25 band (every
     metric: a static batch's wall time is in seconds' range, a TPOT in milliseconds')."""
@@ -269,7 +373,22 @@ def plot_predicted_vs_measured(report: dict[str, object] | None = None, ax=None)
 def main(argv: list[str] | None = None) -> int:
     parser = OneLineParser(prog="python -m stage5 validate", description=__doc__.split("\n")[0])
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
+    parser.add_argument("--fitted", action="store_true",
+                        help="print instead what constants fitted on these rows would reach, in sample (slower: "
+                             f"every row is priced {len(FIT_BANDWIDTH) * len(FIT_MFU)} times)")
     args = parser.parse_args(argv)
+    if args.fitted and args.json:
+        print(dumps([asdict(fit) for fit in fitted_ceilings()], indent=1))
+        return 0
+    if args.fitted:
+        print("constants fitted on the published rows themselves (in sample by construction), source-balanced:")
+        print("  (best within 25% and best within x1.5 are each fitted alone; 'one set' says whether one set of "
+              "constants reaches both targets)")
+        for fit in fitted_ceilings():
+            both = "met" if fit.reaches(TARGET_SHARE, TARGET_WIDE_SHARE) else "no"
+            print(f"  {fit.label:<42} best within 25%: {fit.within_25pct:>6.1%}  best within x1.5: "
+                  f"{fit.within_wide:>6.1%}  both targets, one set: {both}")
+        return 0
     report = summary()
     if args.json:
         print(dumps(report, indent=1))
