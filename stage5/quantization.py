@@ -95,6 +95,15 @@ def weight_format(key: str) -> WeightFormat:
         raise ValueError(f"unknown weight format {key!r}; accepted: {', '.join(WEIGHT_FORMATS)}") from None
 
 
+def table_16bit_extra_bytes(model: str | ModelConfig, weights: str) -> float:
+    """Bytes one vocabulary x hidden table (the output head, or the input embedding) takes at 16 bits beyond what
+    the cost model charges it at ``weights``. The cost model stores every weight in the format; engines keep these
+    tables in 16 bits (vLLM's FP8 mode quantizes the linear layers but the output head, GPTQ and AWQ checkpoints
+    leave the head alone: book chapter 8)."""
+    cfg = get_model(model)
+    return cfg.vocab_size * cfg.hidden_size * (weight_format("bf16").bytes - weight_format(weights).bytes)
+
+
 def kv_format(key: str) -> float:
     try:
         return KV_FORMATS[key.lower()]

@@ -132,19 +132,17 @@ def excluded() -> list[ServingPoint]:
     return [p for p in SERVING_POINTS if queued(p)]
 
 
+def priced_metrics() -> list[tuple[ServingPoint, str]]:
+    """(point, metric) for every published latency whose requests all run at once (not :func:`queued`): the rows
+    :func:`rows` prices, in its order."""
+    return [(p, m) for p in SERVING_POINTS if not queued(p) for m in METRICS if getattr(p, m) is not None]
+
+
 def rows(estimate: cost.Estimate | None = None) -> list[Row]:
-    """Every published latency whose requests all run at once (not :func:`queued`), with both predictions
-    (``estimate``: the estimate's terms, default ones)."""
-    out = []
-    for p in SERVING_POINTS:
-        if queued(p):
-            continue
-        for metric in METRICS:
-            measured = getattr(p, metric)
-            if measured is not None:
-                out.append(Row(p.id, metric, measured, predict_ms(p, metric, "floor"),
-                               predict_ms(p, metric, "estimate", estimate), p.source_key, p.gpu))
-    return out
+    """Every row of :func:`priced_metrics` with both predictions (``estimate``: the estimate's terms, default
+    ones)."""
+    return [Row(p.id, m, getattr(p, m), predict_ms(p, m, "floor"), predict_ms(p, m, "estimate", estimate),
+                p.source_key, p.gpu) for p, m in priced_metrics()]
 
 
 def in_band(ratio: float) -> bool:
@@ -316,7 +314,7 @@ def fitted_shares(bandwidths: tuple[float, ...] = FIT_BANDWIDTH, mfus: tuple[flo
         raise ValueError(f"fits group rows by 'all', 'gpu' or 'source'; got {sorted(unknown)}")
     if 0 not in step_ms and not all(step_time for _, _, step_time in fits):
         raise ValueError(f"a fit without a time per step needs 0 among the times per step; got {list(step_ms)}")
-    priced = [(p, m) for p in SERVING_POINTS if not queued(p) for m in METRICS if getattr(p, m) is not None]
+    priced = priced_metrics()
     base = [_deployment(p) for p, _ in priced]
     measured = np.array([getattr(p, m) for p, m in priced])
     steps = np.array([p.output if m == "batch_ms" else 1 for p, m in priced])
@@ -336,12 +334,13 @@ def fitted_shares(bandwidths: tuple[float, ...] = FIT_BANDWIDTH, mfus: tuple[flo
     out = []
     for label, group_by, step_time in fits:
         allowed = candidates[:, 2] == 0 if not step_time else np.ones(len(candidates), dtype=bool)
+        chosen, tight_ok, wide_ok = candidates[allowed], tight[allowed], wide[allowed]
         frontier, ranges, hits = np.zeros((1, 2)), {}, {}
         for group in np.unique(keys[group_by]):
             rows_in = keys[group_by] == group
-            scores = np.column_stack([tight[allowed][:, rows_in].sum(1), wide[allowed][:, rows_in].sum(1)])
+            scores = np.column_stack([tight_ok[:, rows_in].sum(1), wide_ok[:, rows_in].sum(1)])
             frontier = _pareto((frontier[:, None, :] + _pareto(scores)[None, :, :]).reshape(-1, 2))
-            best = candidates[allowed][scores[:, 0] >= scores[:, 0].max() - _EPS]
+            best = chosen[scores[:, 0] >= scores[:, 0].max() - _EPS]
             ranges[str(group)] = tuple((float(best[:, i].min()), float(best[:, i].max())) for i in range(3))
             hits[str(group)] = float(scores[:, 0].max() / weight[rows_in].sum())
         out.append(Fit(label, group_by, step_time, float(frontier[:, 0].max()), float(frontier[:, 1].max()),

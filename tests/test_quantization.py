@@ -166,3 +166,16 @@ def test_quantization_numerics_refuse_bad_input(call):
     with pytest.raises(ValueError) as err:
         bad()
     assert "\n" not in str(err.value)
+
+
+def test_a_16bit_vocabulary_table_costs_its_size_times_the_bytes_the_format_saves():
+    from stage5.models import get_model
+    from stage5.quantization import table_16bit_extra_bytes
+
+    m = get_model("llama3-70b")
+    table = m.vocab_size * m.hidden_size
+    assert table_16bit_extra_bytes("llama3-70b", "fp8") == table
+    assert table_16bit_extra_bytes(m, "int4") == pytest.approx(table * (2 - 0.515625))
+    assert table_16bit_extra_bytes(m, "bf16") == 0
+    with pytest.raises(ValueError, match="unknown weight format"):
+        table_16bit_extra_bytes(m, "fp4")
