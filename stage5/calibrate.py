@@ -7,6 +7,9 @@ chapter predicts from the same numbers; :mod:`stage5.step_model` turns them into
 Timings are best-of-N, so a busy neighbour makes them pessimistic, never optimistic.
 
 ``measure_bandwidth`` and ``measure_matmul_flops`` are the simpler probes (an array copy, a square matmul).
+
+Imports run one way: this module runs the engine's hollow step (:mod:`stage5.engine.overhead`) and its roofline toy,
+so it sits above the engine; of the engine, only the benches (``stage5/engine/bench*.py``) import it back.
 """
 
 from __future__ import annotations

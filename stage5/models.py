@@ -11,6 +11,7 @@ unknown model_type, or a key that changes the architecture in a way its family d
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, replace
 from functools import cache
 from pathlib import Path
@@ -430,3 +431,24 @@ def get_model(name: str | ModelConfig) -> ModelConfig:
     if isinstance(name, ModelConfig):
         return name
     return _registry()[resolve(name, _registry(), "model")]
+
+
+#: The simulator's model choice that reads the model from pasted ``config.json`` text instead of the registry.
+PASTED = "(pasted config.json)"
+
+
+def chosen_model(choice: str, config_json: str = "") -> ModelConfig:
+    """The model a simulator's inputs name: ``choice`` from the registry, or, when ``choice`` is :data:`PASTED`,
+    the model ``config_json`` (the text of a Hugging Face ``config.json``) describes."""
+    if choice == PASTED:
+        if not isinstance(config_json, str):
+            raise TypeError(f"config_json must be the text of a config.json, got {type(config_json).__name__}")
+        try:
+            cfg = json.loads(config_json)
+        except ValueError as err:  # JSONDecodeError, or an integer literal too long to convert
+            raise ValueError(f"the pasted config.json is not valid JSON: {err}") from None
+        if not isinstance(cfg, dict):
+            raise ValueError(f"the pasted config.json must be a JSON object ({{...}}), got {type(cfg).__name__}")
+        name = cfg.get("_name_or_path")
+        return ModelConfig.from_hf_config(cfg, name=name if isinstance(name, str) and name else "pasted model")
+    return get_model(choice)

@@ -18,7 +18,6 @@ model's own KV cache and weights under speculative decoding.
 from __future__ import annotations
 
 import html
-import json
 import math
 import time
 from dataclasses import dataclass, field, replace
@@ -26,10 +25,8 @@ from dataclasses import dataclass, field, replace
 from stage5 import cost, levers
 from stage5 import inputs as check
 from stage5.hardware import gpu_names
-from stage5.models import ModelConfig, get_model, model_names
+from stage5.models import PASTED, ModelConfig, chosen_model, model_names
 from stage5.quantization import KV_FORMATS, WEIGHT_FORMATS, deployment
-
-PASTED = "(pasted config.json)"
 
 
 @dataclass(frozen=True)
@@ -80,21 +77,6 @@ class SimOutputs:
     elapsed_ms: float = 0.0
 
 
-def resolve_model(inputs: SimInputs) -> ModelConfig:
-    if inputs.model == PASTED:
-        if not isinstance(inputs.config_json, str):
-            raise TypeError(f"config_json must be the text of a config.json, got {type(inputs.config_json).__name__}")
-        try:
-            cfg = json.loads(inputs.config_json)
-        except ValueError as err:  # JSONDecodeError, or an integer literal too long to convert
-            raise ValueError(f"the pasted config.json is not valid JSON: {err}") from None
-        if not isinstance(cfg, dict):
-            raise ValueError(f"the pasted config.json must be a JSON object ({{...}}), got {type(cfg).__name__}")
-        name = cfg.get("_name_or_path")
-        return ModelConfig.from_hf_config(cfg, name=name if isinstance(name, str) and name else "pasted model")
-    return get_model(inputs.model)
-
-
 def check_inputs(x: SimInputs, model: ModelConfig) -> None:
     """Every field checked at the door: the error names the field, the value and what is accepted."""
     check.positive_int(x.num_gpus, "num_gpus", maximum=1024)
@@ -135,7 +117,7 @@ def _numbers(out: SimOutputs) -> list[float]:
 def _simulate(x: SimInputs) -> SimOutputs:
     if not isinstance(x, SimInputs):
         raise TypeError(f"simulate takes a SimInputs, got {type(x).__name__}")
-    model = resolve_model(x)
+    model = chosen_model(x.model, x.config_json)
     check_inputs(x, model)
     dep = cost.with_mode(deployment(model, x.gpu, int(x.num_gpus), x.weights, x.kv), x.mode)
     p, o, c = int(x.prompt), int(x.output), int(x.concurrency)

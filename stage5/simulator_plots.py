@@ -20,6 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from stage5 import cost, levers
+from stage5.models import chosen_model
 from stage5.quantization import deployment
 from stage5.svg_chart import Panel, Scale, svg_panels
 
@@ -57,10 +58,8 @@ def _batch_axis(top: float) -> np.ndarray:
 
 def plot_data(inputs, outputs) -> PlotData:
     """The four panels' data for one simulator state (``SimInputs``, ``SimOutputs`` with ``ok`` True)."""
-    from stage5.simulator import resolve_model  # simulator imports this module lazily: no cycle at import
-
     x = inputs
-    dep = deployment(resolve_model(x), x.gpu, int(x.num_gpus), x.weights, x.kv)
+    dep = deployment(chosen_model(x.model, x.config_json), x.gpu, int(x.num_gpus), x.weights, x.kv)
     p, o, c = int(x.prompt), int(x.output), int(x.concurrency)
     ctx = p + o / 2
     wall = int(outputs.max_concurrency)

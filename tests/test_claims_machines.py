@@ -183,7 +183,7 @@ def test_share_is_measured_round_by_round_on_a_small_model():
     import torch
 
     from stage5.engine.bench_roofline import measure_memory_share
-    from stage5.exercise_support import tiny_model
+    from stage5.engine.checkpoints import tiny_model
 
     torch.set_num_threads(1)
     model = tiny_model(dtype=torch.float32)

@@ -12,12 +12,19 @@
 * ``prefix.py``      - ``PrefixCachingAllocator``: chained-hash full blocks, shared by reference count, LRU;
 * ``speculative.py`` - ``accept_or_resample``, ``SpeculativeEngine``, the draft-model and prompt-lookup drafters;
 * ``workload.py``    - ``make_workload(n, seed)``, seeded long-tailed traffic; ``make_arrivals`` sends it over time;
-* ``checkpoints.py`` - ``load_target()`` / ``load_draft()``, the trained byte-level models;
+  ``small_workload()``, short requests sized for the tiny model;
+* ``checkpoints.py`` - ``load_target()`` / ``load_draft()``, the trained byte-level models; ``tiny_model()``, a
+  35k-parameter random one (exercise 2's loops and ``bench load --model tiny`` serve it);
 * ``roofline_toy.py`` - ``load_roofline_toy()``: the same architecture with random weights of a few hundred MB,
   sized so a decode step streams them from memory (what the chapters time and predict);
 * ``roofline_spec.py`` - speculative decoding on that toy at an acceptance rate the caller sets;
+* ``overhead.py``    - ``measure_overhead()``: the fixed cost of a step, from a hollow run (what calibration records);
 * ``bench.py``       - ``python -m stage5 bench`` (``bench_prefix.py``, ``bench_spec.py``, ``bench_roofline.py``:
   ``bench prefix|spec|roofline``; ``bench_load.py``: ``bench load``, serving under load).
+
+The benches are the one floor here above :mod:`stage5.calibrate`, which runs the engine to measure the machine:
+they import it, and nothing else in this package does (see :mod:`stage5`'s floors). No module here imports
+exercise or grading code.
 """
 
 try:

@@ -201,7 +201,7 @@ def rate_list(text: str) -> tuple[float, ...]:
 def load_model(name: str):
     """(model, cfg) for ``--model``."""
     if name == "tiny":
-        from stage5.exercise_support import tiny_model
+        from stage5.engine.checkpoints import tiny_model
 
         model = tiny_model(dtype=torch.float32)
         return model, model.cfg

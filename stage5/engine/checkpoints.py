@@ -1,8 +1,10 @@
-"""The two trained byte-level models shipped with the course, and the corpus they were trained on.
+"""The two trained byte-level models shipped with the course, the corpus they were trained on, and a tiny
+random one.
 
 ``target`` (a few million parameters) is what the engine benchmark serves; ``draft`` is a much smaller model
 over the same 256-byte vocabulary, for speculative decoding. Weights are stored in float16 to keep the
 repository small and are loaded as float32 (or any dtype asked for). Nothing here touches the network.
+:func:`tiny_model` has random weights and no file: what exercise 2's loops and ``bench load --model tiny`` serve.
 """
 
 from __future__ import annotations
@@ -29,6 +31,18 @@ CONFIGS = {
                          num_kv_heads=2, head_dim=24, intermediate_size=256, tie_embeddings=True,
                          max_position_embeddings=1024),
 }
+
+TINY = ModelConfig(name="tiny-bytes", vocab_size=256, hidden_size=32, num_layers=2, num_heads=4, num_kv_heads=2,
+                   head_dim=8, intermediate_size=64, max_position_embeddings=1024)
+
+
+def tiny_model(seed: int = 0, dtype: torch.dtype = torch.float64) -> Transformer:
+    """A 35k-parameter byte-level model with random weights: its tokens are noise, but every one is exact."""
+    torch.manual_seed(seed)
+    model = Transformer(TINY).to(dtype).eval()
+    for p in model.parameters():
+        p.data.normal_(0, 0.3)
+    return model
 
 
 @cache

@@ -57,6 +57,13 @@ def make_workload(n: int = 64, seed: int = 0, text: bytes | None = None, **overr
     return requests
 
 
+def small_workload(n: int = 24, seed: int = 0, max_tokens: int = 192) -> list[Request]:
+    """``n`` requests sized for :func:`stage5.engine.checkpoints.tiny_model`: prompts around 24 bytes, answers
+    around 24 tokens with a long tail, a cap of ``max_tokens``."""
+    return make_workload(n=n, seed=seed, prompt_median=24, prompt_range=(4, 96), output_median=24,
+                         output_range=(2, min(160, max_tokens)), max_tokens=max_tokens)
+
+
 # ------------------------------------------------------------------------------------------------------------
 # Traffic that arrives over time, for serving under load (``python -m stage5 bench load``).
 

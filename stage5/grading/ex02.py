@@ -59,9 +59,9 @@ def _time_limit(name: str, seconds: float) -> Iterator[None]:
 
 def requests_of(workload: list[list[Any]]) -> list[Any]:
     """A hidden workload from its plain-data description: ``["small", n, seed, max_tokens]`` (seeded requests,
-    :func:`stage5.exercise_support.small_workload`) or ``["request", id, prompt, max_tokens, stop_after]``."""
+    :func:`stage5.engine.workload.small_workload`) or ``["request", id, prompt, max_tokens, stop_after]``."""
     from stage5.engine.sequence import Request
-    from stage5.exercise_support import small_workload
+    from stage5.engine.workload import small_workload
 
     out: list[Any] = []
     for item in workload:
@@ -191,18 +191,19 @@ def _probe_serving(label: str, func: Any, cls: Any, workload: list[list[Any]], a
         return {**_probe_serving(label, func, cls, workload, allocator, num_blocks, block_size, max_batch,
                                  continuous, model_seed),
                 "stuck": _probe_stuck(label, func, cls, allocator, continuous)}
-    from stage5 import exercise_support
+    from stage5.engine.checkpoints import tiny_model
+    from stage5.loop_kit import Meter
 
-    model = exercise_support.tiny_model(model_seed)
+    model = tiny_model(model_seed)
     requests = requests_of(workload)
     cache = cls(num_blocks * block_size) if allocator == "contiguous" else cls(num_blocks, block_size)
     kwargs = {} if continuous is None else {"continuous": continuous}
-    exercise_support.Meter.last = None
+    Meter.last = None
     try:
         with _time_limit(label, SERVING_CPU_SECONDS):
             result = func(model, requests, cache, max_batch=max_batch, **kwargs)
     except Exception as err:  # noqa: BLE001 - the learner's own exception: where it happened is the observation
-        meter = exercise_support.Meter.last
+        meter = Meter.last
         if isinstance(err, GradingError) or meter is None or type(err).__name__ in (
                 "UnavailableError", "NotImplementedError"):
             raise
@@ -210,7 +211,7 @@ def _probe_serving(label: str, func: Any, cls: Any, workload: list[list[Any]], a
         return {"crashed": f"{type(err).__name__}: {err}"[:300],
                 "trace": [[kind, [int(i) for i in ids]] for kind, ids in meter.trace],
                 "lengths": [list(x) for x in meter.lengths]}
-    meter = exercise_support.Meter.last
+    meter = Meter.last
     outputs = getattr(result, "outputs", None)
     if not isinstance(outputs, Mapping) or meter is None:
         raise GradingError(f"{label}: expected the RunResult that meter.result(requests) returns")
@@ -228,10 +229,10 @@ STUCK_CPU_SECONDS = 2.0
 def _probe_stuck(label: str, func: Any, cls: Any, allocator: str, continuous: bool | None) -> str:
     """The learner's loop given a request its pool can never hold (after one it can): the name of the exception it
     raised, 'ok' if it returned, 'spins' if it was still going after STUCK_CPU_SECONDS of CPU time."""
-    from stage5 import exercise_support
+    from stage5.engine.checkpoints import tiny_model
     from stage5.engine.sequence import Request
 
-    model = exercise_support.tiny_model(0)
+    model = tiny_model(0)
     # 4 blocks of 4 slots (16): request 1's prompt alone needs 5 blocks, 20 slots
     cache = cls(16) if allocator == "contiguous" else cls(4, 4)
     requests = [Request(0, (1, 2, 3), 2, 2), Request(1, tuple(range(1, 21)), 2, 2)]
@@ -388,8 +389,8 @@ def reference_trace(workload: list[list[Any]], allocator: str, scheduler: str, n
                     max_batch: int, model_seed: int = 0) -> Any:
     """The course engine's :class:`RunResult` for a hidden workload, cached per workload and build in the grader's
     process (a class's submissions share the same reference runs)."""
+    from stage5.engine.checkpoints import tiny_model
     from stage5.engine.engine import Engine
-    from stage5.exercise_support import tiny_model
 
     key = (repr(workload), allocator, scheduler, num_blocks, block_size, max_batch, model_seed)
     if key not in _REFERENCE_RUNS:
