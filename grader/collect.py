@@ -44,6 +44,24 @@ ROSTER_COLUMNS = ("id", "first_name", "last_name")
 
 
 # ------------------------------------------------------------------------------------------------ names
+def printable(text: str) -> str:
+    """``text`` with every control, format, separator (but the space) and unassigned character written as a
+    Python escape (``\\x1b``, ``\\x0a``, ``\\u202e``): a file name a learner chose, as ``make grade`` prints it and
+    summary.csv stores it, can neither move the cursor, clear the screen, start a line of its own nor reverse the
+    text after it. Applying it twice changes nothing more."""
+    if all(ch == " " or unicodedata.category(ch)[0] not in "CZ" for ch in text):
+        return text
+    out = []
+    for ch in text:
+        if ch != " " and unicodedata.category(ch)[0] in "CZ":
+            code = ord(ch)
+            out.append(f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}" if code < 0x10000 else
+                       f"\\U{code:08x}")
+        else:
+            out.append(ch)
+    return "".join(out)
+
+
 def words(text: str) -> list[str]:
     """The runs of letters, digits and combining marks in ``text``, NFKC-normalised and case-folded."""
     text = unicodedata.normalize("NFKC", unicodedata.normalize("NFKC", text).casefold())
@@ -223,7 +241,7 @@ def sort_inbox(inbox: Path, assignment: str, assignments: list[str]) -> Sorted:
     out = Sorted()
     claims: dict[str, list[Found]] = {}
     for rel in entries(inbox):
-        path, label = inbox / rel, rel.as_posix()
+        path, label = inbox / rel, printable(rel.as_posix())
         if path.is_symlink() or not path.is_file():
             out.skipped.append((label, "a link or special file, not a plain file"))
         elif path.suffix.lower() == ".ipynb":
@@ -266,7 +284,7 @@ def _claim(out: Sorted, claims: dict[str, list[Found]], chain: list[str], known:
 
 
 def _sort_zip(out: Sorted, claims: dict[str, list[Found]], inbox: Path, rel: Path, known: list[str]) -> None:
-    path, label = inbox / rel, rel.as_posix()
+    path, label = inbox / rel, printable(rel.as_posix())
     try:
         with zipfile.ZipFile(path) as zf:
             infos = [i for i in zf.infolist() if not i.is_dir() and _visible(Path(i.filename).parts)]
@@ -279,15 +297,15 @@ def _sort_zip(out: Sorted, claims: dict[str, list[Found]], inbox: Path, rel: Pat
     notebooks: list[tuple[list[str], Found]] = []
     foreign: list[str] = []
     for info in infos:
-        member = Path(info.filename)
+        member, shown = Path(info.filename), printable(info.filename)
         if member.suffix.lower() != ".ipynb":
-            out.skipped.append((f"{label}:{info.filename}", "not a notebook (.ipynb)"))
+            out.skipped.append((f"{label}:{shown}", "not a notebook (.ipynb)"))
             continue
         inside = list(reversed(member.parts))
         own = _identify(inside, known)[1]
         if owner and own and own != owner and _identify(inside + outside, known)[0] == known[0]:
-            foreign.append(f"{info.filename} (named for {own})")  # only this assignment's notebooks count
-        found = Found(f"{label}:{info.filename}", path, info.filename, info.file_size, _zip_mtime(info))
+            foreign.append(f"{shown} (named for {own})")  # only this assignment's notebooks count
+        found = Found(f"{label}:{shown}", path, info.filename, info.file_size, _zip_mtime(info))
         notebooks.append((inside + outside, replace(found, problem=_unreadable(found))))
     if foreign:
         out.refused.setdefault(owner, []).append(

@@ -17,9 +17,12 @@ sandbox (``stage5/grading/sandbox.py``); ``--jobs 2`` grades two at a time. Run 
 Formgrader: submissions already graded are kept (``--regrade`` grades them all again) and the scores are re-read
 from the gradebook.
 
-Exit status: 0 when every learner found was graded; 1 when some were not (a clash, a refused zip, a failure that
-was not theirs); 2 for a mistake in the command (an unknown assignment, a missing or empty inbox, a bad roster);
-3 when the course's own code (stage5/, grader/) changed during the run, which stops it (grader/code_guard.py).
+Exit status: 0 when every learner found was graded and nothing was stopped; 1 when some were not graded (a clash,
+a refused zip, a failure that was not theirs); 2 for a mistake in the command (an unknown assignment, a missing or
+empty inbox, a bad roster); 3 when the course's own code (stage5/, grader/) changed during the run, which stops it
+(grader/code_guard.py); 4 when every learner was graded but the grader stopped or refused part of some notebooks
+at its boundary (memory, output, a wait, the notebook's total time, an answer it could not read as data), listed
+on stderr.
 
 ``python grader/grade.py release [--assignment ex01]`` regenerates the committed release in ``exercises/``.
 """
@@ -34,7 +37,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from code_guard import CourseCodeChanged  # noqa: E402
-from collect import RosterError, entries, read_roster, sort_inbox  # noqa: E402
+from collect import RosterError, entries, printable, read_roster, sort_inbox  # noqa: E402
 from workflow import CLASH, REFUSED, UNGRADED, Course, UnknownAssignment  # noqa: E402
 
 from stage5.grading.sandbox import isolation  # noqa: E402
@@ -77,7 +80,7 @@ def main(argv: list[str] | None = None) -> int:
     found = sort_inbox(inbox, args.assignment, course.assignments())
     if found.is_empty():
         for label, why in found.skipped:
-            print(f"skipped  {label}: {why}")
+            print(printable(f"skipped  {label}: {why}"))
         return _refuse(f"nothing to grade for {args.assignment} in {inbox}: {len(found.skipped)} file(s) there, "
                        f"none named for {args.assignment} ({example})")
     mode, why = isolation()
@@ -93,7 +96,7 @@ def main(argv: list[str] | None = None) -> int:
     for r in results:
         print(r.line())
     for label, why in course.skipped:
-        print(f"skipped  {label}: {why}")
+        print(printable(f"skipped  {label}: {why}"))
     if roster:
         handed_in = {r.student for r in results}
         strangers = sorted({r.student for r in results if r.status not in (CLASH, REFUSED)} - set(roster))
@@ -113,8 +116,14 @@ def main(argv: list[str] | None = None) -> int:
     if ungraded:
         print(f"{len(ungraded)} learner(s) NOT graded ({', '.join(sorted({r.status for r in ungraded}))}): "
               f"{', '.join(r.student for r in ungraded)}; see their lines above", file=sys.stderr)
-        return 1
-    return 0
+    stopped = [r for r in results if r.stopped and r.status not in UNGRADED]
+    if stopped:
+        print(f"{len(stopped)} learner(s) graded with part of their notebook stopped or refused by the grader:",
+              file=sys.stderr)
+        for r in stopped:
+            more = f" (and {len(r.stopped) - 1} more)" if len(r.stopped) > 1 else ""
+            print(printable(f"  {r.student}: {r.stopped[0]}{more}"), file=sys.stderr)
+    return 1 if ungraded else 4 if stopped else 0
 
 
 def _refuse(message: str) -> int:

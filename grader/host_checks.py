@@ -96,6 +96,7 @@ class HostChecks:
                  instructor: Mapping[str, str] | None = None):
         self.cells, self.ask, self.instructor = cells, ask, instructor
         self._trusted: dict[str, Any] | None = None
+        self.refused = False  # the last run refused a reply it could not read as data (the grader's boundary)
 
     def is_instructors(self, cell: NotebookNode) -> bool:
         """Is ``cell`` a locked cell of the instructor's, unchanged?"""
@@ -128,10 +129,14 @@ class HostChecks:
         grader's words. Nothing the kernel sends escapes as an exception (a reply too deep, too long, not JSON,
         not data: a failed check); only DeadKernelError does, so the caller restarts the kernel."""
         ns = dict(self.trusted_namespace())  # the instructor's code: its failure is the grader's, not a verdict
+        self.refused = False
         try:
             return self._run(hidden, ns)
         except DeadKernelError:
             raise
+        except ProtocolError as err:  # a reply that is not data: the check fails, and the grader says it refused
+            self.refused = True
+            return f"GradingError: {one_line(err, VERDICT_CHARS)}"
         except GradingError as err:
             return f"GradingError: {one_line(err, VERDICT_CHARS)}"
         except BaseException as err:  # noqa: BLE001 - RecursionError, MemoryError, SyntaxError, ... from a reply
@@ -146,10 +151,10 @@ class HostChecks:
             expr = f"__import__('stage5.grading.remote', fromlist=['values']).values({wanted!r})"
             try:
                 answers = loads(self._asked(expr), limit=4 * MAX_REPLY_CHARS)
+                if not isinstance(answers, dict):
+                    raise ProtocolError("not a dict")
             except ProtocolError:
-                return "GradingError: your notebook's kernel did not hand over its answers"
-            if not isinstance(answers, dict):
-                return "GradingError: your notebook's kernel did not hand over its answers"
+                raise ProtocolError("your notebook's kernel did not hand over its answers") from None
             for name in wanted:
                 got = answers.get(name)
                 got = got if isinstance(got, dict) else {}
@@ -159,11 +164,11 @@ class HostChecks:
                     try:
                         ns[name] = decode(got["value"])
                     except ProtocolError as err:
-                        return f"GradingError: {name} could not be read: {err}"
+                        raise ProtocolError(f"{name} could not be read: {err}") from None
         try:
             with contextlib.redirect_stdout(io.StringIO()):
                 exec(compile(hidden, "<hidden test>", "exec"), ns)  # noqa: S102 - the instructor's own code
-        except DeadKernelError:
+        except (DeadKernelError, ProtocolError):
             raise
         except GradingError as err:
             return f"GradingError: {one_line(err, VERDICT_CHARS)}"

@@ -4,6 +4,7 @@
 the repository-root ``nbgrader_config.py``) the ``nbgrader`` command line:
 
 * source notebooks in ``solutions/<assignment>/``, the release in ``exercises/<assignment>/`` (committed);
+* collect from the exchange (Formgrader on a hub) by the hub's identity rules (``exchange_collect.py``);
 * submitted, autograded and feedback folders, the sqlite gradebook and the exchange under ``work_dir``
   (``grader/`` by default; git-ignored);
 * each kernel in a sandbox with a CPU-time budget per cell, restored test cells, outputs capped in size, and
@@ -20,6 +21,7 @@ import shutil
 import sys
 from pathlib import Path
 
+from exchange_collect import OwnerCheckedCollect
 from feedback_page import GetGradesToMark
 from feedback_page import configure as configure_feedback_page
 from nbconvert.filters.markdown_mistune import markdown2html_mistune
@@ -167,6 +169,8 @@ def make_config(work_dir: str | Path | None = None, root: str | Path = REPO,
     c.CourseDirectory.feedback_directory = str(work / "feedback")
     c.CourseDirectory.db_url = f"sqlite:///{work / 'gradebook.db'}"
     c.Exchange.root = os.environ.get(EXCHANGE_ENV) or str(work / "exchange")
+    # Formgrader's collect: each folder's owner must be the learner it names, and only plain files are copied
+    c.ExchangeFactory.collect = OwnerCheckedCollect
     c.SandboxedExecute.cell_cpu_s = cell_timeout_s  # the kernel runs in a sandbox (grader/sandboxed_execute.py)
     c.Execute.timeout = WALL_PER_CPU * cell_timeout_s
     c.Execute.interrupt_on_timeout = True

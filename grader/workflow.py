@@ -29,6 +29,7 @@ from pathlib import Path
 from code_guard import CodeGuard
 from collect import (
     Learner,
+    printable,
     sort_inbox,
     student_id,  # noqa: F401  (the id rule, imported from here by tests and tools)
     timestamp_text,
@@ -79,6 +80,7 @@ class Result:
     sha256: str = ""  # of the submitted file: a re-run skips a submission already graded in this form
     reused: bool = False  # graded by an earlier run, not this one
     review: list[str] = field(default_factory=list)  # cells for the instructor to read (grader/review.py); no score
+    stopped: list[str] = field(default_factory=list)  # what the grader stopped or refused at its boundary
 
     @property
     def out_of(self) -> float:
@@ -93,7 +95,7 @@ class Result:
             text += f"; failed: {', '.join(self.failed)}"
         if self.reasons:
             text += f"; {'; '.join(self.reasons)}"
-        return text
+        return printable(text)  # one line on any terminal, whatever a file name held
 
 
 class Course:
@@ -264,7 +266,8 @@ class Course:
                 guard.check(f"after grading {r.student}")
                 r.seconds += seconds
                 if ok:
-                    r.reasons += self._execution_problems(r)
+                    notes, r.stopped = self._execution_problems(r)
+                    r.reasons += notes
                     self._save_record(r)
                 else:
                     errors[r.student] = error
@@ -292,11 +295,12 @@ class Course:
             finally:  # the caller stopped (the course code changed): start nothing more
                 pool.shutdown(wait=False, cancel_futures=True)
 
-    def _execution_problems(self, r: Result) -> list[str]:
-        """One line per cell that the grader stopped or the kernel died in, naming the cell and the reason. The
-        reasons are the grader's own record (sandboxed_execute.GRADER_ERRORS), never an output's ename and text,
-        which a learner's exception can spell ("KernelDied: =HYPERLINK(...)")."""
-        notes = []
+    def _execution_problems(self, r: Result) -> tuple[list[str], list[str]]:
+        """One line per cell that the grader stopped or the kernel died in, naming the cell and the reason, and the
+        lines of those the grader stopped or refused at its boundary (``stopped`` in its record). The reasons are
+        the grader's own record (sandboxed_execute.GRADER_ERRORS), never an output's ename and text, which a
+        learner's exception can spell ("KernelDied: =HYPERLINK(...)")."""
+        notes, stopped = [], []
         folder = Path(self.config.CourseDirectory.autograded_directory) / r.student / r.assignment
         for nb_path in folder.glob("*.ipynb"):
             nb = json.loads(nb_path.read_text())
@@ -304,23 +308,22 @@ class Course:
                 meta = cell.get("metadata", {})
                 gid = _cell_name(meta.get("nbgrader", {}).get("grade_id"), index)
                 for err in meta.get(GRADER_ERRORS, []):
+                    if err.get("stopped"):
+                        stopped.append(f"{gid}: {err.get('evalue', '')}")
                     if err.get("ename") == "CellCPUTimeout":
                         over = _CPU_OVER.search(str(err.get("evalue", "")))
                         notes.append(f"{gid} timed out: {over.group(0) if over else 'used more than its CPU time'}")
-                    elif err.get("ename") in ("KernelDied", "NotebookTimeout"):
+                    elif err.get("ename") in ("KernelDied", "NotebookTimeout", "CellWallTimeout"):
                         notes.append(err.get("evalue", ""))
                 for out in cell.get("outputs", []):
                     if out.get("output_type") != "error":
                         continue
-                    if out.get("ename") == "CellTimeoutError":
-                        notes.append(f"{gid} timed out: no answer within {self.config.Execute.timeout} s "
-                                     "(wall-clock) and was interrupted")
-                    elif out.get("ename") == "MemoryError":
+                    if out.get("ename") == "MemoryError":
                         notes.append(f"{gid} ran out of memory (MemoryError: over the sandbox's limit)")
                 if any(o.get("output_type") == "stream" and "output truncated" in "".join(o.get("text", ""))
                        for o in cell.get("outputs", [])):
                     notes.append("very large output truncated")
-        return list(dict.fromkeys(notes))
+        return list(dict.fromkeys(notes)), list(dict.fromkeys(stopped))
 
     def feedback(self, results: list[Result]) -> None:
         """Feedback for every graded learner, kept ones too: marks given by hand since the last run appear."""
@@ -436,7 +439,9 @@ class Course:
 
 
 # ------------------------------------------------------------------------------------ CSV
-FORMULA_START = ("=", "+", "-", "@", "\t", "\r")  # what makes a spreadsheet read a cell as a formula (OWASP)
+# What makes a spreadsheet read a cell as a formula (OWASP); the tab and carriage return OWASP also lists never start
+# a cell here, since csv_safe escapes every control character first.
+FORMULA_START = ("=", "+", "-", "@")
 _NUMBER = re.compile(r"[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?")  # a plain decimal number, nothing else
 
 
@@ -444,7 +449,7 @@ def csv_safe(value: object) -> str:
     """``value`` as a CSV cell a spreadsheet shows as text: one that starts like a formula gets a leading ``'``
     (OWASP's rule for CSV injection). A number stays a number, negative ones included: a score or a penalty is
     the grader's own figure, never learner text."""
-    text = "" if value is None else str(value)
+    text = "" if value is None else printable(str(value))  # control characters escaped: one line per row
     if text.startswith(FORMULA_START) and not _NUMBER.fullmatch(text):
         return "'" + text
     return text

@@ -13,7 +13,9 @@ What it sets up (as root: LocalProcessSpawner runs each server as the user's own
   with the sticky bit so that no learner can rename or delete a folder another account made there;
 * a copy of the course (nbgrader_config.py, grader/*.py, solutions/, exercises/) in the grader account's home,
   used as is: ``STAGE5_EXCHANGE`` points its exchange at the shared folder;
-* per-account lab configs (hub/lab_profiles.py): learners get the Assignments list and no instructor tools.
+* per-account lab configs (hub/lab_profiles.py): learners get the Assignments list and no instructor tools;
+* where the checkout lies in a folder others may not enter (mode 0700), an ACL entry per account on that folder
+  that lets it pass through (hub/access.py), taken back with ``--remove-accounts``.
 
 ``python hub/local_hub.py`` (``make hub``) starts it on http://127.0.0.1:8000 and stops it on Ctrl-C;
 ``--remove-accounts`` deletes the accounts and their homes afterwards. tests/test_hub.py drives a term through it.
@@ -43,6 +45,7 @@ REPO = HERE.parent
 sys.path.insert(0, str(REPO / "grader"))
 sys.path.insert(0, str(HERE))
 
+from access import AccessError, grant, revoke  # noqa: E402
 from lab_profiles import write_profile  # noqa: E402
 from nbgrader_setup import COURSE_ID, EXCHANGE_ENV  # noqa: E402
 
@@ -206,8 +209,29 @@ def create_accounts(site: HubSite) -> None:
         home.chmod(0o700)
 
 
+def course_folders() -> list[Path]:
+    """What the accounts must reach: the checkout, and the course's environment where it lies inside it (one
+    elsewhere, such as a pyenv under root's home, is copied instead: see runtime_python())."""
+    prefix = Path(sys.prefix).resolve()
+    return [REPO, *([prefix] if REPO in prefix.parents else [])]
+
+
+def let_accounts_in(site: HubSite) -> None:
+    """Let the accounts pass through the private folders above the checkout (hub/access.py); a folder that cannot
+    take an ACL is one line saying what to change (AccessError)."""
+    grant(course_folders(), [pwd.getpwnam(user).pw_uid for user in site.accounts])
+
+
 def remove_accounts(site: HubSite) -> None:
-    """Delete the accounts and their homes (their files in the exchange go with the exchange folder)."""
+    """Delete the accounts and their homes (their files in the exchange go with the exchange folder), after
+    taking back the ACL entries that let them through the checkout's folders."""
+    uids = []
+    for user in site.accounts:
+        try:
+            uids.append(pwd.getpwnam(user).pw_uid)
+        except KeyError:
+            continue
+    revoke(course_folders(), uids)
     for user in site.accounts:
         try:
             pwd.getpwnam(user)
@@ -293,6 +317,7 @@ def prepare(site: HubSite) -> Path:
     site.state_dir.mkdir(parents=True, exist_ok=True)
     site.state_dir.chmod(0o755)
     create_accounts(site)
+    let_accounts_in(site)
     prepare_exchange(site)
     prepare_course(site)
     prepare_configs(site)
@@ -373,7 +398,11 @@ def main(argv: list[str] | None = None) -> int:
     stop_on_signals()
     proc = None
     try:  # Ctrl-C or a signal, at any point, stops the hub this started (start() cleans up its own half-start)
-        proc = start(site)
+        try:
+            proc = start(site)
+        except AccessError as err:
+            print(f"cannot start the local hub: {err}", file=sys.stderr)
+            return 1
         print(f"\nJupyterHub for {COURSE_ID} on {site.url}  (local trial, NOT for production)\n"
               f"  instructor: {site.instructor}   learners: {', '.join(site.learner_names)}\n"
               f"  shared password for every account: {site.password}\n"

@@ -397,7 +397,7 @@ def test_only_the_gradebooks_cells_run_in_the_grader(tmp_path):
 
 
 # ------------------------------------------------------------------------------------ imports in one direction
-LAYERS = ["checks", "protocol", "blocking", "remote", "ex02", "ex03", "sandbox"]  # as stage5/grading/__init__.py lists them
+LAYERS = ["checks", "protocol", "blocking", "remote", "ex02", "ex03", "seccomp", "cgroup", "sandbox"]  # as stage5/grading/__init__.py lists them
 
 
 def _grading_imports(path: Path) -> set[str]:
@@ -475,7 +475,7 @@ def test_autograde_stops_before_the_next_submission_when_the_code_changed(tmp_pa
             yield r, (True, "", 0.0)
 
     monkeypatch.setattr(workflow.Course, "_autograde_each", fake_each)
-    monkeypatch.setattr(workflow.Course, "_execution_problems", lambda self, r: [])
+    monkeypatch.setattr(workflow.Course, "_execution_problems", lambda self, r: ([], []))
     monkeypatch.setattr(workflow.Course, "_save_record", lambda self, r: None)
     course = workflow.Course(tmp_path / "work")
     results = [workflow.Result(s, "ex01") for s in ("alice", "mallory", "zed")]

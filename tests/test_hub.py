@@ -14,8 +14,10 @@ the hub and three Jupyter servers. ``pytest -m "not hub"`` leaves it out.
 
 from __future__ import annotations
 
+import html as html_text
 import json
 import os
+import pwd
 import re
 import secrets
 import shutil
@@ -293,6 +295,85 @@ def test_grading_unedited_cells_logs_no_checksum_warning(hub, term):
     whose grade cells nobody edited, such a warning would teach instructors to ignore the real ones."""
     changed = [line for line in hub.log.read_text(errors="replace").splitlines() if "has changed" in line]
     assert not changed, "\n".join(changed[:5])
+
+
+# ----------------------------------------------------------------------------- a hostile learner on the hub
+def _as(user: str, *argv: str) -> None:
+    proc = subprocess.run(["runuser", "-u", user, "--", *argv], capture_output=True, text=True)
+    assert proc.returncode == 0, f"{user}: {' '.join(argv)}: {proc.stderr}"
+
+
+def _owned_by(folder: Path, user: str) -> list[Path]:
+    uid = pwd.getpwnam(user).pw_uid
+    return sorted((p for p in folder.iterdir() if p.lstat().st_uid == uid), key=lambda p: p.name)
+
+
+@pytest.fixture(scope="module")
+def attack(hub, term):
+    """After the term: learner2 creates a folder in the inbound folder under learner1's name (a blank notebook,
+    stamped later than learner1's own), then submits again and swaps its own notebook for a link to the grader
+    account's copy of learner1's collected notebook. The instructor collects, autogrades and releases feedback
+    again."""
+    site = hub.site
+    victim, attacker = (term["learners"][k] for k in ("learner1", "learner2"))
+    inbound = site.exchange / COURSE_ID / "inbound"
+    collected = site.course_dir / "grader" / "submitted" / victim / ASSIGNMENT / f"{ASSIGNMENT}.ipynb"
+    before = {"notebook": collected.read_bytes(), "scores": dict(term["scores"])}
+    forged = inbound / f"{victim}+{ASSIGNMENT}+2099-01-01 00:00:00.000000 UTC+forged"
+    blank = Path(tempfile.mkdtemp(prefix="stage5-attack-"))
+    blank.chmod(0o755)
+    shutil.copyfile(HANDED_IN["learner2"], blank / f"{ASSIGNMENT}.ipynb")
+    (blank / f"{ASSIGNMENT}.ipynb").chmod(0o644)
+    _as(attacker, "mkdir", str(forged))
+    _as(attacker, "cp", str(blank / f"{ASSIGNMENT}.ipynb"), str(forged / f"{ASSIGNMENT}.ipynb"))
+    _as(attacker, "sh", "-c", f"echo '2099-01-01 00:00:00.000000 UTC' > '{forged}/timestamp.txt'")
+    earlier = _owned_by(inbound, attacker)
+    assert hub.assignments(attacker, "submit")["success"]
+    own = [p for p in _owned_by(inbound, attacker) if p not in earlier and p.name.startswith(f"{attacker}+")]
+    assert len(own) == 1, own
+    _as(attacker, "ln", "-sf", str(collected), str(own[0] / f"{ASSIGNMENT}.ipynb"))
+    log = hub.formgrader_ok(f"assignment/{ASSIGNMENT}/collect", site.instructor).get("log", "")
+    for user in term["learners"].values():
+        hub.formgrader_ok(f"submission/{ASSIGNMENT}/{user}/autograde", site.instructor)
+    hub.formgrader_ok(f"assignment/{ASSIGNMENT}/generate_feedback", site.instructor)
+    hub.formgrader_ok(f"assignment/{ASSIGNMENT}/release_feedback", site.instructor)
+    r = hub.formgrader("GET", f"submissions/{ASSIGNMENT}", site.instructor)
+    scores = {s["student"]: (s["score"], s["max_score"]) for s in r.json()}
+    feedback = site.course_dir / "grader" / "feedback"
+    shutil.rmtree(blank, ignore_errors=True)
+    return {"victim": victim, "attacker": attacker, "before": before, "log": log, "scores": scores,
+            "collected": collected, "forged": forged.name, "own": own[0].name,
+            "feedback": {u: _page_text((feedback / u / ASSIGNMENT / f"{ASSIGNMENT}.html").read_text())
+                         for u in term["learners"].values()}}
+
+
+def _page_text(page: str) -> str:
+    """What a reader sees of a feedback page: its text without tags (highlighting splits code into spans)."""
+    return html_text.unescape(re.sub(r"<[^>]+>", "", page))
+
+
+def test_a_folder_under_another_learners_name_is_refused_and_the_victim_keeps_their_work(attack, term):
+    victim = attack["victim"]
+    assert attack["collected"].read_bytes() == attack["before"]["notebook"], "the victim's submission was replaced"
+    assert attack["scores"][victim] == attack["before"]["scores"][victim]
+    assert f"refused {attack['forged']}: the submission folder belongs to another account " \
+           f"({attack['attacker']})" in attack["log"], attack["log"][-3000:]
+    score, max_score = attack["scores"][victim]
+    assert f"{score:g}" in attack["feedback"][victim]
+
+
+def test_a_link_in_a_learners_own_submission_is_refused(attack, term):
+    attacker, victim = attack["attacker"], attack["victim"]
+    assert f"refused {attack['own']}: {ASSIGNMENT}.ipynb is a link" in attack["log"], attack["log"][-3000:]
+    assert attack["scores"][attacker] == attack["before"]["scores"][attacker]  # their earlier, blank submission
+    blank = HANDED_IN["learner2"].read_text()
+    solved = json.loads(SOLVED.read_text())
+    answers = ["".join(c["source"]) for c in solved["cells"]
+               if c["metadata"].get("nbgrader", {}).get("solution") and c["cell_type"] == "code"]
+    theirs = [line for a in answers for line in a.splitlines() if len(line) > 12 and json.dumps(line)[1:-1] not in blank]
+    assert theirs, "no line of the solved answers to look for"
+    assert not [line for line in theirs if line in attack["feedback"][attacker]], "the victim's work reached the attacker"
+    assert attack["scores"][victim][0] > attack["scores"][attacker][0]
 
 
 def test_the_hub_stops_cleanly_on_sigterm(hub, term):

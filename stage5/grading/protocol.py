@@ -11,8 +11,9 @@ A value crosses as JSON of plain types (None, booleans, numbers, strings, lists)
 * ``{"__opaque__": type name}`` - anything else (an object, not data), read back as :class:`Opaque`.
 
 The reader (:func:`decode`, :func:`loads`) never resolves, imports, calls or evaluates a name it was sent: a type
-name is only a key into :data:`VALUE_TYPES`. What it reads is bounded in size, depth and length; anything else is a
-:class:`ProtocolError`, which is a failed check (a :class:`~stage5.grading.checks.GradingError`).
+name is only a key into :data:`VALUE_TYPES`. What it reads is bounded in size, depth and length, and in
+the work of reading it (no integer whose hash could collide by design); anything else is a :class:`ProtocolError`,
+which is a failed check (a :class:`~stage5.grading.checks.GradingError`).
 
 This module is the bottom of ``stage5.grading``'s kernel-to-grader path: it imports only :mod:`.checks`.
 """
@@ -36,6 +37,10 @@ MAX_DEPTH = 32  # containers inside containers (a RunResult in a dict of results
 MAX_ITEMS = 2_000_000  # values in one answer, containers included
 MAX_STRING = 100_000  # characters in one string
 MAX_NAME = 80  # characters of a type name kept in an Opaque
+# Integers must lie strictly inside +-(2**61 - 1), Python's hash modulus on 64-bit machines: inside it distinct
+# integers hash apart (but -1 and -2), so keys chosen to collide (multiples of 2**61 - 1) cannot make building a
+# dict quadratic, in the reader or in a check. Far beyond any count of tokens or bytes the course asks for.
+MAX_INT = 2**61 - 1
 NON_FINITE = {"inf": math.inf, "-inf": -math.inf, "nan": math.nan}
 
 
@@ -229,7 +234,11 @@ def _decode(value: Any, depth: int, budget: list[int]) -> Any:
         raise ProtocolError(f"the answer holds more than {MAX_ITEMS:,} values")
     if depth > MAX_DEPTH:
         raise ProtocolError(f"the answer is nested more than {MAX_DEPTH} deep")
-    if value is None or type(value) in (bool, int):
+    if value is None or type(value) is bool:
+        return value
+    if type(value) is int:
+        if not -MAX_INT < value < MAX_INT:
+            raise ProtocolError("the answer holds an integer larger than 2**61 in size")
         return value
     if type(value) is float:
         return value

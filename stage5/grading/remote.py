@@ -134,15 +134,15 @@ class Kernel:
         try:
             reply = loads(self.channel(request))
         except ProtocolError:
-            raise GradingError(f"{label}: your notebook's kernel did not answer") from None
+            raise ProtocolError(f"{label}: your notebook's kernel did not answer") from None
         if not isinstance(reply, dict) or not ({"error"} <= reply.keys() or {"value"} <= reply.keys()):
-            raise GradingError(f"{label}: your notebook's kernel did not answer")
+            raise ProtocolError(f"{label}: your notebook's kernel did not answer")
         if "error" in reply:
             raise _kernel_error(reply["error"])
         try:
             return decode(reply["value"])
         except ProtocolError as err:
-            raise GradingError(f"{label}: the kernel's answer could not be read: {err}") from None
+            raise ProtocolError(f"{label}: the kernel's answer could not be read: {err}") from None
 
 
 class RemoteFunction:
@@ -167,22 +167,22 @@ class RemoteFunction:
         try:
             replies = loads(self.channel(request))
         except ProtocolError:
-            raise GradingError(f"{first}: your notebook's kernel did not answer") from None
+            raise ProtocolError(f"{first}: your notebook's kernel did not answer") from None
         if not isinstance(replies, list) or not all(isinstance(r, dict) for r in replies):
-            raise GradingError(f"{first}: your notebook's kernel did not answer")
+            raise ProtocolError(f"{first}: your notebook's kernel did not answer")
         out = []
         for (label, _), reply in zip(calls, replies, strict=False):
             if "error" in reply:
                 raise _kernel_error(reply["error"])
             if "value" not in reply:
-                raise GradingError(f"{label}: your notebook's kernel did not answer")
+                raise ProtocolError(f"{label}: your notebook's kernel did not answer")
             try:
                 out.append(decode(reply["value"]))
             except ProtocolError as err:
-                raise GradingError(f"{label}: your function returned something that is not plain data: {err}") \
+                raise ProtocolError(f"{label}: your function returned something that is not plain data: {err}") \
                     from None
         if len(out) != len(calls):
-            raise GradingError(f"{first}: your notebook's kernel did not answer every call")
+            raise ProtocolError(f"{first}: your notebook's kernel did not answer every call")
         return out
 
 

@@ -47,6 +47,8 @@ import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from . import seccomp
+
 HOME = "/home/learner"  # the sandbox's working folder (a sized tmpfs); never a path on the host
 NOGROUP = 65534  # the group every sandbox runs as (Debian's nogroup)
 # Each sandbox's uid: this plus a counter. Far above any account's uid (Debian allots up to 60000, systemd's
@@ -60,16 +62,24 @@ class Limits:
     """What one submission may use. CPU limits follow work done, so a busy machine does not fail correct code."""
 
     cell_cpu_s: float = 10.0  # CPU seconds one cell may use before it is interrupted (enforced by the grader)
-    notebook_cpu_s: int = 600  # RLIMIT_CPU of each sandboxed process: a runaway the grader failed to stop
+    # CPU seconds for the whole notebook, all its sandboxes together (replays included; the grader's watchdog),
+    # and RLIMIT_CPU of each sandboxed process (a runaway the grader failed to stop)
+    notebook_cpu_s: int = 600
     memory_bytes: int = 2 * 2**30  # RLIMIT_AS per process (importing torch needs under 1 GiB of it)
     file_bytes: int = 256 * 2**20  # RLIMIT_FSIZE: the largest file it may write
-    notebook_wall_s: float = 900.0  # wall-clock for the whole notebook: only catches a kernel that waits forever
+    # wall-clock for the whole notebook, replays and the grader's own checks included (the grader's watchdog): only
+    # a notebook that waits ever reaches it
+    notebook_wall_s: float = 900.0
     sandbox_memory_bytes: int = 3 * 2**30  # resident memory of all the sandbox's processes together (grader polls)
     # processes and threads of the whole sandbox (RLIMIT_NPROC): room for torch's and OpenBLAS's one thread per core
     # on a large grading machine, far below a fork bomb's thousands
     processes: int = 512
     tmp_bytes: int = 256 * 2**20  # size of the sandbox's /tmp (a tmpfs)
     home_bytes: int = 256 * 2**20  # size of its working folder, HOME (a tmpfs)
+    shm_bytes: int = 64 * 2**20  # size of its /dev/shm (a tmpfs: POSIX shared memory and semaphores live there)
+    # open files per process (RLIMIT_NOFILE): a kernel needs a few dozen; each open socket can hold a few hundred
+    # KB of kernel buffers that no memory count sees, so a low ceiling keeps that small
+    open_files: int = 1024
 
     def __post_init__(self) -> None:
         for name, value in asdict(self).items():
@@ -85,6 +95,8 @@ def apply_limits(limits: Limits) -> None:
     resource.setrlimit(resource.RLIMIT_FSIZE, (limits.file_bytes, limits.file_bytes))
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
     resource.setrlimit(resource.RLIMIT_NPROC, (limits.processes, limits.processes))
+    resource.setrlimit(resource.RLIMIT_NOFILE, (limits.open_files, limits.open_files))
+    resource.setrlimit(resource.RLIMIT_MSGQUEUE, (0, 0))  # POSIX message queues: kernel memory nobody counts
 
 
 def _course_path() -> str:
@@ -185,7 +197,10 @@ def bwrap_command(argv: list[str], scratch: Path, readable: list[Path] | None = 
     cmd = ["bwrap", "--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts", "--unshare-cgroup-try",
            "--die-with-parent", "--new-session", "--cap-drop", "ALL"]
     cmd += ["--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"] if as_root else ["--unshare-user"]
-    cmd += ["--proc", "/proc", "--dev", "/dev"]
+    # /dev is bwrap's own tmpfs, unsized: its shm gets a sized tmpfs, and the rest is made read-only (writing to
+    # /dev/null still works: a device node is not the file system's data)
+    cmd += ["--proc", "/proc", "--dev", "/dev", "--perms", "1777", "--size", str(limits.shm_bytes),
+            "--tmpfs", "/dev/shm", "--remount-ro", "/dev"]
     for system in SYSTEM:
         if os.path.islink(system):
             cmd += ["--symlink", os.readlink(system), system]
@@ -251,6 +266,8 @@ def main(args: list[str]) -> None:
     apply_limits(Limits(**spec["limits"]))
     if spec.get("uid") is not None and os.geteuid() == 0:
         _drop_to(int(spec["uid"]))
+    if seccomp.supported():  # after the drop: memfd, System V shared memory and other architectures' calls refused
+        seccomp.install()
     os.execvpe(args[2], args[2:], {str(k): str(v) for k, v in spec["env"].items()})
 
 
