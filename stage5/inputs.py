@@ -12,6 +12,7 @@ import json
 import math
 import numbers
 import re
+import sys
 from collections.abc import Callable
 from typing import Any, NoReturn
 
@@ -178,6 +179,14 @@ class OneLineParser(argparse.ArgumentParser):
         message = re.sub(r"^argument ([^:]+): ", r"\1 ", message)  # "--batch must be ...", not "argument --batch: ..."
         self.exit(2, f"error: {self.prog}: {message} (see {self.prog} --help)\n")
 
+    def _print_message(self, message: str, file: Any = None) -> None:
+        # argparse drops an OSError here, so --help on a full disk would exit 0 having printed nothing; let it
+        # reach run_command, which says so in one line.
+        if message:
+            file = file or sys.stderr
+            if file is not None:
+                file.write(message)
+
 
 def _bound_note(why: str | None) -> str:
     return f" ({why})" if why else ""
@@ -241,21 +250,70 @@ def arg_rounds() -> Callable[[str], int]:
     return arg_int(1, MAX_ROUNDS, why="medians settle within tens of rounds; 1,000 is hours of CPU")
 
 
-def run_command(main: Callable[[], int]) -> NoReturn:
-    """Exit with ``main()``'s status; a reader that closes the pipe early (``... | head -1``) ends the program
-    quietly with status 141 (128 + SIGPIPE, what a shell reports for a program stopped by a closed pipe)."""
+INTERRUPTED = 130  # 128 + SIGINT: what a shell reports for a program stopped by Ctrl-C
+OUTPUT_FAILED = 1  # the output could not be written (a full disk, a closed stdout): not a usage error
+
+
+def run_command(main: Callable[[], int], prog: str = "python -m stage5") -> NoReturn:
+    """Exit with ``main()``'s status, with one line (never a traceback) for what the environment does to a run.
+
+    A reader that closes the pipe early (``... | head -1``) ends the program quietly with status 141 (128 +
+    SIGPIPE, what a shell reports for a program stopped by a closed pipe). Ctrl-C prints one line and exits 130
+    (every file the course writes is replaced atomically, so nothing is left half-written). Standard output
+    closed (``>&-``), or failing to take the output (``OSError``: a full disk, ENOSPC), is one line on stderr
+    and status 1. Text the output encoding cannot show (a non-ASCII file name under ``PYTHONIOENCODING=ascii``
+    or the C locale) is printed with backslash escapes instead of failing.
+    """
     import os
     import sys
 
+    def say(message: str) -> None:
+        if sys.stderr is not None:
+            try:
+                print(f"error: {prog}: {message}", file=sys.stderr, flush=True)
+            except (OSError, ValueError):
+                pass
+
+    def silence_stdout() -> None:
+        # Python flushes stdout again at exit and would print a traceback; point it at /dev/null first.
+        try:
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())
+        except (OSError, ValueError, AttributeError):
+            pass
+
+    if sys.stdout is None:  # started with stdout closed: nothing could be printed, say so before doing anything
+        say("standard output is closed (started with >&-); accepted: an open standard output, e.g. > file")
+        sys.exit(OUTPUT_FAILED)
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.reconfigure(errors="backslashreplace")  # 'caf\xe9.json', never a UnicodeEncodeError
+        except (AttributeError, ValueError, OSError):
+            pass
     try:
         code = main()
         sys.stdout.flush()
     except BrokenPipeError:
-        # Python would print a traceback when it flushes stdout at exit; point stdout at /dev/null first.
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
+        silence_stdout()
         sys.exit(141)
+    except KeyboardInterrupt:
+        say("interrupted (Ctrl-C); files already written are complete, nothing was left half-written")
+        silence_stdout()
+        sys.exit(INTERRUPTED)
+    except OSError as err:  # stdout on a full disk (ENOSPC), a failing device, or a file no door caught
+        why = f"{err.strerror or err} ({errno_name(err.errno)})"
+        say(f"{why}: {err.filename}" if err.filename else f"cannot write the output: {why}; accepted: an output "
+            "with room to write to")
+        silence_stdout()
+        sys.exit(OUTPUT_FAILED)
     sys.exit(code)
+
+
+def errno_name(number: int | None) -> str:
+    """``ENOSPC`` for 28: the name a reader can search for."""
+    import errno
+
+    return errno.errorcode.get(number or 0, f"errno {number}")
 
 
 # ------------------------------------------------------------------------------------------ JSON and files

@@ -81,6 +81,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threads", type=arg_threads(), default=1, help="torch CPU threads (default 1)")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
+    if args.k > args.max_k:  # the speedup table's k is read against the acceptance table's rows, 1 .. --max-k
+        parser.error(f"--k {args.k} is past --max-k {args.max_k}: the speedup table's k must be one the acceptance "
+                     "table measures; accepted: 0 (no drafting) to --max-k")
     torch.set_num_threads(args.threads)
     from stage5.engine.checkpoints import load_target
 
