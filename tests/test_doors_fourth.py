@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import json
+import math
 import os
 import signal
 import subprocess
@@ -217,3 +218,85 @@ def test_bench_spec_refuses_a_k_the_acceptance_table_does_not_measure(capsys):
     assert main(["bench", "spec", "--k", "8", "--max-k", "4"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: ") and err.count("\n") == 1 and "--k 8 is past --max-k 4" in err
+
+
+# ================================================================ the simulator: what a reader can check by hand
+from dataclasses import replace  # noqa: E402
+
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+from stage5 import cost  # noqa: E402
+from stage5.hardware import gpu_names  # noqa: E402
+from stage5.models import model_names  # noqa: E402
+from stage5.quantization import KV_FORMATS, WEIGHT_FORMATS  # noqa: E402
+from stage5.simulator import SimInputs, Simulator, simulate  # noqa: E402
+
+SLIDERS = st.builds(
+    SimInputs, model=st.sampled_from(model_names()), gpu=st.sampled_from(gpu_names()),
+    num_gpus=st.sampled_from([1, 2, 4, 8]), weights=st.sampled_from(list(WEIGHT_FORMATS)),
+    kv=st.sampled_from(list(KV_FORMATS)), prompt=st.integers(1, 32768), output=st.integers(1, 4096),
+    concurrency=st.integers(1, 2048), alpha=st.floats(0, 1), k=st.integers(0, 12),
+    prefix_hit=st.floats(0, 1), price_per_gpu_hour=st.floats(0.01, 1000), mode=st.sampled_from(cost.MODES))
+
+
+def test_the_issues_prefix_hit_case_prices_tpot_with_the_hit():
+    """Llama 3 70B on 2 x H200, estimate mode, the whole prompt cached: no prefill rides in the decode steps, so
+    TPOT is the pure decode step (it was 1,288 ms, priced as if every prompt were prefilled)."""
+    x = SimInputs(model="llama3-70b", gpu="H200", num_gpus=2, prefix_hit=1.0, mode="estimate")
+    dep = cost.with_mode(cost.Deployment.of("llama3-70b", "H200", 2), "estimate")
+    out = simulate(x)
+    decode = float(cost.decode_step(dep, x.concurrency, x.prompt + x.output / 2).time_s)
+    assert out.ok and out.tpot_ms == pytest.approx(1e3 * decode, rel=1e-12)
+    assert simulate(replace(x, prefix_hit=0.0)).tpot_ms > out.tpot_ms  # prefill chunks cost time when computed
+
+
+@settings(max_examples=150, deadline=None)
+@given(x=SLIDERS)
+@guarded(cpu_s=120)
+def test_the_simulators_numbers_keep_the_invariants_a_reader_can_check_by_hand(x):
+    out = simulate(x)
+    if not out.ok:
+        assert out.error and "\n" not in out.error and "nan" not in out.error
+        return
+    tol = 1 + 1e-9
+    # Each running sequence gets at most one token per TPOT (TPOT already counts speculation's tokens per step).
+    assert out.throughput <= x.concurrency / (out.tpot_ms / 1e3) * tol
+    # Cost is the deployment's price per second over its tokens per second.
+    price_per_s = x.price_per_gpu_hour * x.num_gpus / 3600
+    assert out.usd_per_million == pytest.approx(price_per_s * 1e6 / out.throughput, rel=1e-9)
+    # The sequences run fit in memory, and the binding resource says so exactly when they fill it.
+    assert 1 <= x.concurrency <= out.max_concurrency
+    assert (out.binding == "KV memory capacity") == (x.concurrency == out.max_concurrency)
+    assert 0 <= out.prefill_share <= 1 and out.intensity > 0 and out.ridge > 0
+    assert x.k > 0 or out.spec_speedup == 1
+    assert all(g > 0 for g in out.gains.values()) and out.best_lever in out.gains
+    # Serving from the prefix cache never makes the first token later.
+    cold = simulate(replace(x, prefix_hit=0.0))
+    assert cold.ok and out.ttft_ms <= cold.ttft_ms * tol
+    # No mode beats the floor, the physics at the datasheet's peak (speculation aside, whose gain is mode-priced).
+    if x.mode != "floor" and x.k == 0:
+        floor = simulate(replace(x, mode="floor"))
+        assert floor.ok and out.ttft_ms >= floor.ttft_ms / tol and out.tpot_ms >= floor.tpot_ms / tol
+
+
+@pytest.mark.parametrize("guess", [math.nan, math.inf, -math.inf, True, "12", None, [3.0]])
+def test_record_guess_refuses_what_is_not_a_number(guess):
+    sim = Simulator()
+    with pytest.raises(ValueError, match="guess must be a finite number") as err:
+        sim.record_guess("TPOT (ms)", guess)
+    one_sentence(err.value)
+    assert sim.guess is None
+    with pytest.raises(ValueError, match="quantity must be one of"):
+        sim.record_guess("latency", 3.0)
+
+
+def test_the_reveal_says_what_does_not_fit_instead_of_nan():
+    sim = Simulator()
+    sim.record_guess("TPOT (ms)", 20.0)
+    sim.set(model="llama3.1-405b", num_gpus=1)  # the guess stays tied to the inputs it was made against
+    sim.record_guess("TPOT (ms)", 20.0)
+    assert sim.reveal() is None
+    text = sim.feedback.value
+    assert "nan" not in text.lower() and "cannot run" in text and "weights" in text, text
+    assert sim.guess is None
