@@ -300,3 +300,28 @@ def test_the_reveal_says_what_does_not_fit_instead_of_nan():
     text = sim.feedback.value
     assert "nan" not in text.lower() and "cannot run" in text and "weights" in text, text
     assert sim.guess is None
+
+
+# ================================================================ pipeline stages
+from stage5 import scaling  # noqa: E402
+
+
+@pytest.mark.parametrize("pp", [3, 160, 0, 81, 2.5, True])
+def test_pipeline_max_batch_refuses_the_stage_counts_pipeline_decode_refuses(pp):
+    """An 80-layer model on 3 or 160 stages was priced at 586 and 36,758 sequences."""
+    for call in (lambda: scaling.pipeline_max_batch("llama3-70b", "H100-SXM", 8, pp, 1024),
+                 lambda: scaling.pipeline_decode("llama3-70b", "H100-SXM", 8, pp, 8, 1024)):
+        with pytest.raises(ValueError, match="pp") as err:
+            call()
+        one_sentence(err.value)
+
+
+def test_every_stage_count_is_priced_by_both_or_by_neither():
+    for pp in range(1, 90):
+        try:
+            fits = scaling.pipeline_max_batch("llama3-70b", "H100-SXM", 8, pp, 1024)
+        except ValueError:
+            fits = None
+        assert (fits is None) == (80 % pp != 0 or pp > 80), pp
+        if fits:
+            assert scaling.pipeline_decode("llama3-70b", "H100-SXM", 8, pp, min(fits, 8), 1024).pp == pp
