@@ -194,3 +194,7 @@ def pipeline_decode(model: str | ModelConfig, gpu: str | Hardware, tp: int, pp: 
         p2p = hw.node_link_latency_s + message / (hw.node_link_bandwidth * cost.network_efficiency(hw, est.server_nics))
     tpot = max(pp * (stage + p2p), m * stage)
     return PipelineDecode(tp, pp, m, stage, p2p, tpot, 1 - m * stage / tpot, batch / tpot)
+
+
+# Every public function above refuses a wrong record (a string where a Deployment goes) in one sentence.
+inputs.check_object_arguments(globals())
