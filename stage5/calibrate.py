@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 import platform
+import sys
 import time
 from typing import TYPE_CHECKING
 
@@ -28,6 +29,7 @@ from stage5.calibration import (  # noqa: F401 - the record and its cache, re-ex
     InvalidCalibration,
     cache_dir,
     cache_path,
+    cache_unusable,
     machine_key,
     read_cache,
     write_cache,
@@ -205,6 +207,12 @@ def calibrate(cfg=None, force: bool = False) -> Calibration:
         from stage5.engine.roofline_toy import ROOFLINE_TOY as cfg
     use_course_threads()
     path = cache_path(cfg)
+    unusable = cache_unusable(path)
+    if unusable:
+        print(f"warning: the calibration cache {path} cannot be used ({unusable}); measuring and keeping the result "
+              "in memory for this run (set STAGE5_CACHE_DIR to a shorter, writable directory)", file=sys.stderr,
+              flush=True)
+        return measure(cfg)
     if not force:
         cached = read_cache(path)
         if cached is not None:
@@ -228,8 +236,9 @@ def main(argv: list[str] | None = None) -> int:
 
     cal = calibrate(ROOFLINE_TOY, force=args.force)
     path = cache_path(ROOFLINE_TOY)
+    cached = cache_unusable(path) is None and read_cache(path) == cal  # a warning above said why if not
     if args.json:
-        print(cal.to_json(cache_file=str(path)))
+        print(cal.to_json(cache_file=str(path) if cached else None))
         return 0
     print(f"{cal.machine}, {cal.threads} thread, calibrated for {cal.model} in {cal.seconds:.1f} s")
     print(f"  streaming bandwidth (matrix-vector product): {cal.bandwidth / 1e9:.1f} GB/s")
@@ -237,6 +246,6 @@ def main(argv: list[str] | None = None) -> int:
           + ", ".join(f"{r}: {f / 1e9:.0f}" for r, f in zip(cal.rows, cal.rates, strict=True)) + " GFLOP/s")
     print(f"  fixed overhead: {cal.overhead_step_s * 1e3:.2f} ms per step + {cal.overhead_seq_s * 1e6:.0f} us "
           "per sequence")
-    print(f"  cached in {path}")
+    print(f"  cached in {path}" if cached else "  not cached: kept in memory for this run (see the warning above)")
     return 0
 

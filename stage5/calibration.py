@@ -28,14 +28,22 @@ THREADS = 1
 CALIBRATION_VERSION = 2  # bump when what is measured changes, so stale caches are not reused
 CACHE_LIMIT_BYTES = 64 * 1024  # a calibration file is under 1 kB; anything far larger is not one
 
-# Physical bounds on what one CPU thread can measure, so an edited cache cannot put a silent wrong number into
-# a chapter. The fastest memory any processor streams from is HBM3e at about 8 TB/s per package (NVIDIA B200
-# datasheet); one thread streams far less, so 100 TB/s is safely above any honest measurement. A CPU core's
-# float32 peak is well under 1 TFLOP/s (two AVX-512 FMA units at ~4 GHz: 2 x 2 x 16 x 4e9 = 256 GFLOP/s);
-# 1 PFLOP/s is far beyond. A step overhead above a minute is not an overhead.
-MAX_BANDWIDTH = 1e14  # bytes/s
-MAX_RATE = 1e15  # FLOP/s
-MAX_OVERHEAD_S = 60.0
+# Plausible bounds on what one CPU thread measures, so an edited or foreign cache cannot put a silent wrong number
+# into a chapter: a value outside them is set aside like a damaged file, and the machine is measured again.
+# Bandwidth: a thread streams at most what its package's memory delivers, and the most any CPU package has is
+# 800 GB/s (Apple M2 Ultra, Apple's announcement of June 2023; AnandTech measured Apple's 400 GB/s M1 Max), so
+# 1 TB/s is above any honest measurement. The slowest DDR memory, JEDEC's DDR-200 (PC-1600), moves 1.6 GB/s per
+# channel; 100 MB/s is 16 times below that, room for an old or very busy machine. Rates (float32 FLOP/s): one
+# core's vector peak is FMA units x lanes x 2 x clock, at most 2 x 16 x 2 x ~5 GHz = 320 GFLOP/s with two
+# AVX-512 FMA units (Intel's Xeon Scalable cores); 10 TFLOP/s leaves room for a matrix coprocessor beside the
+# core. At one token row the matmul is a matrix-vector product: 2 FLOPs per 4-byte weight streamed, so its rate
+# is about bandwidth / 2 (this machine: 7.8 GFLOP/s at 14.6 GB/s), and 10 MFLOP/s sits below the slowest
+# bandwidth accepted. Overheads: the hollow step replays one step's op graph; on this course's machines it takes
+# about a millisecond per step and tens of microseconds per sequence, so a second per step (0.1 s per sequence)
+# is a thousand times beyond, not an overhead.
+MIN_BANDWIDTH, MAX_BANDWIDTH = 1e8, 1e12  # bytes/s
+MIN_RATE, MAX_RATE = 1e7, 1e13  # FLOP/s
+MAX_OVERHEAD_STEP_S, MAX_OVERHEAD_SEQ_S = 1.0, 0.1
 MAX_ROWS = 2**20
 
 
@@ -79,7 +87,8 @@ class Calibration:
                 raise InvalidCalibration(f"{_field(name)} must be a string, got {getattr(self, name)!r}")
         inputs.integer(self.threads, _field("threads"), minimum=1, maximum=4096)
         inputs.integer(self.version, _field("version"), minimum=1)
-        inputs.positive(self.bandwidth, _field("bandwidth") + " (bytes/s)", MAX_BANDWIDTH)
+        inputs.real(self.bandwidth, _field("bandwidth"), low=MIN_BANDWIDTH, high=MAX_BANDWIDTH,
+                    accepted=f"bytes/s in [{MIN_BANDWIDTH:g}, {MAX_BANDWIDTH:g}] (what one CPU thread can stream)")
         for name in ("rows", "rates"):
             value = getattr(self, name)
             if not isinstance(value, (tuple, list)) or not value:
@@ -91,10 +100,11 @@ class Calibration:
         if any(b <= a for a, b in zip(rows, rows[1:], strict=False)):
             raise InvalidCalibration(f"{_field('rows')} must be strictly increasing, got {list(self.rows)!r}")
         for r in self.rates:
-            inputs.positive(r, _field("rates") + " (FLOP/s)", MAX_RATE)
-        for name in ("overhead_step_s", "overhead_seq_s"):
-            inputs.real(getattr(self, name), _field(name), low=0.0, high=MAX_OVERHEAD_S,
-                        accepted=f"a finite number of seconds in [0, {MAX_OVERHEAD_S:g}]")
+            inputs.real(r, _field("rates"), low=MIN_RATE, high=MAX_RATE,
+                        accepted=f"FLOP/s in [{MIN_RATE:g}, {MAX_RATE:g}] (what one CPU thread can reach)")
+        for name, most in (("overhead_step_s", MAX_OVERHEAD_STEP_S), ("overhead_seq_s", MAX_OVERHEAD_SEQ_S)):
+            inputs.real(getattr(self, name), _field(name), low=0.0, high=most,
+                        accepted=f"seconds in [0, {most:g}] (a fixed cost of Python and op dispatch)")
         inputs.real(self.seconds, _field("seconds"), low=0.0, accepted="a finite number of seconds >= 0")
         # frozen: normalise lists from JSON to tuples of plain numbers
         object.__setattr__(self, "rows", tuple(rows))
@@ -192,6 +202,19 @@ def _set_aside(path: Path, why: str) -> None:
     _say(f"warning: ignoring the calibration cache {path} ({why}); {where}, measuring again")
 
 
+def cache_unusable(path: Path) -> str | None:
+    """Why no cache can ever live at ``path`` (a name too long for the file system), or None: then calibrating says
+    so once and keeps the measurement in memory, rather than failing to read and again to write it."""
+    import errno
+
+    try:
+        os.stat(path)
+    except OSError as err:
+        if err.errno == errno.ENAMETOOLONG:
+            return f"{err.strerror} (ENAMETOOLONG)"
+    return None
+
+
 def read_cache(path: Path) -> Calibration | None:
     """The valid calibration at ``path``, or None (absent, outdated, or invalid: then set aside with one line)."""
     try:
@@ -199,7 +222,11 @@ def read_cache(path: Path) -> Calibration | None:
     except FileNotFoundError:
         return None
     except (OSError, ValueError) as err:
-        if path.exists() and not path.is_dir():
+        try:
+            present = path.exists() and not path.is_dir()
+        except OSError:  # a path the file system cannot even look up
+            present = False
+        if present:
             _set_aside(path, str(err))
         else:
             _say(f"warning: cannot read the calibration cache {path} ({err}); measuring again")
@@ -222,11 +249,13 @@ def write_cache(cal: Calibration, path: Path) -> bool:
         tmp.write_text(cal.to_json())
         os.replace(tmp, path)  # atomic: two chapters calibrating at once never read half a file
         return True
-    except OSError as err:
+    except BaseException as err:  # a Ctrl-C between writing and renaming leaves no .tmp behind either
         try:
             tmp.unlink()
         except OSError:
             pass
+        if not isinstance(err, OSError):
+            raise
         _say(f"warning: cannot save the calibration to {path} ({err.strerror or err}); using it in memory "
              "for this run (set STAGE5_CACHE_DIR to a writable directory to keep it)")
         return False

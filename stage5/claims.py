@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from stage5 import inputs
+
 # Wall-clock ratios within this band of 1 are reported as "about the same": a busy machine moves timings
 # by a few percent between runs, so a 1.02x "speedup" is not evidence of anything.
 NOISE = 0.05
@@ -18,6 +20,7 @@ NOISE = 0.05
 def compare(ratio: float, better: str = "faster", worse: str = "slower", same: str = "about as fast") -> str:
     """``better`` when ``ratio`` (new over old, higher is better) is clearly above 1, ``worse`` when clearly
     below, ``same`` within :data:`NOISE` of 1."""
+    ratio = inputs.real(ratio, "ratio (new over old)", low=0.0)
     if ratio > 1 + NOISE:
         return better
     if ratio < 1 - NOISE:
@@ -28,6 +31,7 @@ def compare(ratio: float, better: str = "faster", worse: str = "slower", same: s
 def times(ratio: float, better: str = "faster", worse: str = "slower", same: str = "about as fast") -> str:
     """'1.8× faster', '1.3× slower' or 'about as fast (1.02×)': a speed ratio in words, never below 1×.
     Other words for other quantities, e.g. ``times(r, "shorter", "longer", "about the same")`` for a latency."""
+    ratio = inputs.positive(ratio, "ratio (new over old)")
     word = compare(ratio, better, worse, same)
     if word == better:
         return f"{ratio:.1f}× {better}"

@@ -173,6 +173,7 @@ def tp_allowed(model: ModelConfig, n: int) -> bool:
     LlamaAttention.__init__, vLLM 0.5; the same in later versions): ``n`` divides the query heads, and divides the
     KV heads when there are at least ``n`` of them, or is a multiple of them when there are fewer (the KV heads are
     then replicated)."""
+    n = inputs.positive_int(n, "n (tensor-parallel GPUs)")
     kv = _kv_heads(model)
     return model.num_heads % n == 0 and (kv % n == 0 if kv >= n else n % kv == 0)
 
@@ -184,6 +185,7 @@ def tp_degrees(model: ModelConfig) -> list[int]:
 
 def check_tp(model: ModelConfig, n: int) -> None:
     """Raise :class:`InfeasibleDeployment` naming the rule and the allowed degrees if ``n`` is not allowed."""
+    n = inputs.positive_int(n, "n (tensor-parallel GPUs)")
     if not tp_allowed(model, n):
         raise InfeasibleDeployment(
             f"{model.name} cannot be split {n} ways by tensor parallelism: the degree must divide the "
@@ -195,6 +197,7 @@ def kv_replication(model: ModelConfig, n: int) -> float:
     """How many copies of each KV head ``n``-way tensor parallelism keeps: 1 up to the number of KV heads, then
     n / KV heads (each GPU holds at least one head, vLLM's ``max(1, kv_heads // tp)``), so the KV bytes each GPU
     holds and reads stop falling once n passes the KV heads."""
+    n = inputs.positive_int(n, "n (tensor-parallel GPUs)")
     return max(1.0, n / _kv_heads(model))
 
 
@@ -364,7 +367,7 @@ def embedding_rows_saved(model: ModelConfig, tokens: ArrayLike) -> np.ndarray:
     """Input-embedding parameters a step carrying ``tokens`` tokens does *not* read: the lookup fetches one row
     per token (at most ``tokens`` distinct rows, at most the vocabulary), not the table. Zero when the table is
     tied to the output head, which multiplies by all of it every step."""
-    t = np.asarray(tokens, dtype=float)
+    t = _non_negative(tokens, "tokens")
     if model.tie_embeddings:
         return np.zeros_like(t)
     return (model.vocab_size - np.minimum(t, model.vocab_size)) * model.hidden_size
@@ -455,6 +458,8 @@ ALLREDUCE_ALGORITHMS = ("one-shot", "two-shot", "ring", "ring across nodes")
 
 def allreduce_algorithm(gpu: Hardware, n: int, message_bytes: float) -> str:
     """Which all-reduce an engine runs for ``message_bytes`` over ``n`` GPUs (:data:`ALLREDUCE_ALGORITHMS`)."""
+    n = inputs.positive_int(n, "n (GPUs)")
+    message_bytes = inputs.real(message_bytes, "message_bytes", low=0.0)
     if n > gpu.gpus_per_node:
         return "ring across nodes"
     if n <= gpu.nvlink_domain and n in CUSTOM_ALLREDUCE_GPUS and message_bytes <= CUSTOM_ALLREDUCE_MAX_BYTES:
@@ -478,6 +483,8 @@ def allreduce_one_s(gpu: Hardware, n: int, message_bytes: ArrayLike, server_nics
     ``server_nics=False`` prices the model before that correction (:attr:`Estimate.server_nics`). Link bandwidths
     are per direction, times the measured ``link_efficiency``.
     """
+    n = inputs.positive_int(n, "n (GPUs)")
+    inputs.reals(message_bytes, "message_bytes", low=0.0)
     m = np.asarray(message_bytes, dtype=float)
     if n == 1:
         return np.zeros_like(m)
@@ -511,6 +518,7 @@ def network_bus_bandwidth(gpu: Hardware, n: int, server_nics: bool = True) -> fl
     one per ring with ``server_nics=False``) at :func:`network_efficiency`, or NVLink at ``link_efficiency`` where
     that is the slower. (NCCL may run a tree instead on few servers, which can do better; the ring is what is
     priced.)"""
+    n = inputs.positive_int(n, "n (GPUs)")
     nics = min(n, gpu.gpus_per_node) if server_nics else 1
     return min(gpu.link_bandwidth * gpu.link_efficiency,
                nics * gpu.node_link_bandwidth * network_efficiency(gpu, server_nics))
@@ -689,8 +697,12 @@ def _reserve_rule(dep: Deployment) -> str:
 def check_batch_fits(dep: Deployment, batch: int, context: ArrayLike) -> None:
     """Raise :class:`InfeasibleDeployment` saying which resource ran out if ``batch`` sequences of ``context``
     tokens do not all fit: the weights and reserve (:func:`kv_budget_bytes`) or the KV-cache budget."""
+    batch = inputs.positive_int(batch, "batch (sequences)")
     budget = kv_budget_bytes(dep)
-    need = float(np.sum(np.broadcast_to(kv_bytes_per_sequence(dep, context), (int(batch),))))
+    per_seq = np.asarray(kv_bytes_per_sequence(dep, context), dtype=float).reshape(-1)
+    if per_seq.size not in (1, batch):
+        raise inputs.InputError(f"context must be one number or one per sequence ({batch:,}), got {per_seq.size:,}")
+    need = float(per_seq.sum()) if per_seq.size == batch else float(per_seq[0]) * batch  # no array of batch
     if need > budget:
         raise InfeasibleDeployment(
             f"KV-cache memory ran out: {int(batch)} sequences of {context} tokens need {need / GiB:.1f} GiB of KV "
@@ -870,3 +882,7 @@ def _non_negative(x: ArrayLike, name: str) -> np.ndarray:
 
 def _fraction(x: ArrayLike, name: str) -> np.ndarray:
     return inputs.reals(x, name, low=0.0, high=1.0, accepted="a fraction in [0, 1] (or an array of them)")
+
+
+# Every public function above refuses a wrong record (a string where a Deployment goes) in one sentence.
+inputs.check_object_arguments(globals())

@@ -15,7 +15,7 @@ nothing about the acceptance rate, which is a property of the drafter *and* the 
 
 from __future__ import annotations
 
-from stage5 import cost
+from stage5 import cost, inputs
 from stage5.hardware import Hardware
 from stage5.models import ModelConfig, get_model
 
@@ -45,3 +45,7 @@ def medusa_cost(target: str | ModelConfig) -> float:
 
 
 NGRAM_COST = 0.0  # a lookup in the prompt's tokens: no weights read
+
+
+# Every public function above refuses a wrong record (a string where a Deployment goes) in one sentence.
+inputs.check_object_arguments(globals())

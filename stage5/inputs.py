@@ -12,6 +12,7 @@ import json
 import math
 import numbers
 import re
+import sys
 from collections.abc import Callable
 from typing import Any, NoReturn
 
@@ -21,6 +22,11 @@ MAX_COUNT = 2**53
 
 class InputError(ValueError):
     """A value that is the wrong type, out of range or not finite; the message says what is accepted."""
+
+
+class ArgumentTypeError(InputError, TypeError):
+    """An argument that is not the record it must be (a string where a Deployment goes): both a ValueError, as
+    every refusal here is, and a TypeError, as Python names it."""
 
 
 def _is_number(value: Any) -> bool:
@@ -83,6 +89,13 @@ def positive(value: Any, name: str, maximum: float = math.inf) -> float:
 def fraction(value: Any, name: str) -> float:
     """A finite number in [0, 1]."""
     return real(value, name, low=0.0, high=1.0, accepted="a fraction in [0, 1]")
+
+
+def seed(value: Any, name: str = "seed") -> int:
+    """A random seed: an integer in [0, 2**63) (numpy's and torch's generators both take it), never "7" or 7.5."""
+    if not isinstance(value, numbers.Integral) or isinstance(value, bool) or not 0 <= int(value) < 2**63:
+        raise InputError(f"{name} must be an integer in [0, 2**63), got {value!r} ({type(value).__name__})")
+    return int(value)
 
 
 def boolean(value: Any, name: str) -> bool:
@@ -170,6 +183,69 @@ def within_context(tokens: int, limit: int, what: str, model: str) -> None:
                          "(max_position_embeddings); accepted: at most that many")
 
 
+# ------------------------------------------------------------------------------------------ object arguments
+# The course's records, by the name their annotations use, and where each is defined (imported when first checked,
+# so this module imports none of them).
+OBJECT_TYPES = {"Deployment": "stage5.cost", "Estimate": "stage5.cost", "Hardware": "stage5.hardware",
+                "ModelConfig": "stage5.models", "Calibration": "stage5.calibration", "Tensor": "torch",
+                "Transformer": "stage5.engine.model", "Request": "stage5.engine.sequence"}
+
+
+def _object_plan(fn: Callable) -> list[tuple[int, str, tuple[str, ...], bool, bool]]:
+    """(position, name, record type names, str allowed, None allowed) of each parameter of ``fn`` annotated
+    with one of :data:`OBJECT_TYPES` (``dep: cost.Deployment``, ``gpu: str | Hardware``)."""
+    import inspect
+
+    plan = []
+    for i, param in enumerate(inspect.signature(fn).parameters.values()):
+        if not isinstance(param.annotation, str) or param.kind not in (param.POSITIONAL_OR_KEYWORD,
+                                                                        param.KEYWORD_ONLY):
+            continue
+        parts = [part.strip().rsplit(".", 1)[-1] for part in param.annotation.split("|")]
+        records = tuple(part for part in parts if part in OBJECT_TYPES)
+        if records and all(part in OBJECT_TYPES or part in ("str", "None") for part in parts):
+            position = i if param.kind is param.POSITIONAL_OR_KEYWORD else -1
+            plan.append((position, param.name, records, "str" in parts, "None" in parts))
+    return plan
+
+
+def check_object_arguments(namespace: dict[str, Any]) -> None:
+    """Make every public function of the module whose globals are ``namespace`` refuse, in one ``TypeError``
+    sentence naming the argument, a value that is not the record its annotation names (a ``Deployment``, a
+    ``Hardware``, ...), where it would otherwise fail deep inside with an ``AttributeError``. A module calls this
+    once, at its end; names (``str``) and ``None`` stay accepted where the annotation says so."""
+    import functools
+    import importlib
+    import inspect
+
+    module = namespace["__name__"]
+    for name, fn in list(namespace.items()):
+        if name.startswith("_") or not inspect.isfunction(fn) or fn.__module__ != module:
+            continue
+        plan = _object_plan(fn)
+        if not plan:
+            continue
+
+        def checked(*args: Any, __fn: Callable = fn, __plan: list = plan, **kwargs: Any) -> Any:
+            for position, arg, records, str_ok, none_ok in __plan:
+                if 0 <= position < len(args):
+                    value = args[position]
+                elif arg in kwargs:
+                    value = kwargs[arg]
+                else:
+                    continue
+                if (str_ok and isinstance(value, str)) or (none_ok and value is None):
+                    continue
+                classes = tuple(getattr(importlib.import_module(OBJECT_TYPES[r]), r) for r in records)
+                if not isinstance(value, classes):
+                    wanted = " or ".join([*records, *(["a name"] if str_ok else []), *(["None"] if none_ok else [])])
+                    raise ArgumentTypeError(f"{arg} must be a {wanted}, got {str(value)[:40]!r} "
+                                            f"({type(value).__name__})")
+            return __fn(*args, **kwargs)
+
+        namespace[name] = functools.wraps(fn)(checked)
+
+
 # ------------------------------------------------------------------------------------------ command lines
 class OneLineParser(argparse.ArgumentParser):
     """argparse, but a bad argument prints one line (``error: ...``) instead of the usage block, exit status 2."""
@@ -177,6 +253,14 @@ class OneLineParser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
         message = re.sub(r"^argument ([^:]+): ", r"\1 ", message)  # "--batch must be ...", not "argument --batch: ..."
         self.exit(2, f"error: {self.prog}: {message} (see {self.prog} --help)\n")
+
+    def _print_message(self, message: str, file: Any = None) -> None:
+        # argparse drops an OSError here, so --help on a full disk would exit 0 having printed nothing; let it
+        # reach run_command, which says so in one line.
+        if message:
+            file = file or sys.stderr
+            if file is not None:
+                file.write(message)
 
 
 def _bound_note(why: str | None) -> str:
@@ -220,9 +304,37 @@ def arg_real(low: float = 0.0, high: float = math.inf, low_open: bool = True,
     return parse
 
 
+# Drafted tokens per speculative round: engines draft a handful (vLLM's num_speculative_tokens is typically 1-8);
+# the benchmarks' --k flag takes at most 64.
+MAX_DRAFT_TOKENS = 64
+
 # Bounds shared by the benchmarks' flags, each from what one CPU can do in a sitting.
 MAX_BENCH_REQUESTS = 10_000  # the default runs take tens of seconds for 64 requests: 10,000 is hours of CPU
 MAX_ROUNDS = 1_000  # rounds and repeats of a timing loop: medians settle within tens; 1,000 is hours
+
+
+# Bounds on the workloads the library builds (lists of requests held in memory), each from what the toy engine can
+# serve in a sitting: it serves some thousands of tokens a second on one CPU thread, so a workload past
+# MAX_WORKLOAD_TOKENS is hours of serving, and building it would only stall the notebook. A request longer than
+# MAX_REQUEST_TOKENS fits no model the course reads (the longest context in the registry is DeepSeek-V2-Lite's
+# 163,840 tokens).
+MAX_WORKLOAD_REQUESTS = MAX_BENCH_REQUESTS
+MAX_REQUEST_TOKENS = 2**20
+MAX_WORKLOAD_TOKENS = 2**24
+
+
+def workload_size(n: Any, lengths: dict[str, Any], n_name: str = "n") -> tuple[int, dict[str, int]]:
+    """``n`` requests with the token ``lengths`` (name -> tokens per request) as checked ints: ``n`` in
+    [1, MAX_WORKLOAD_REQUESTS], each length in [1, MAX_REQUEST_TOKENS], and n x their sum at most
+    MAX_WORKLOAD_TOKENS, so a huge count or length is one sentence instead of a hang."""
+    count = integer(n, f"{n_name} (requests)", minimum=1, maximum=MAX_WORKLOAD_REQUESTS)
+    checked = {k: integer(v, f"{k} (tokens)", minimum=1, maximum=MAX_REQUEST_TOKENS) for k, v in lengths.items()}
+    total = count * sum(checked.values())
+    if total > MAX_WORKLOAD_TOKENS:
+        raise InputError(f"{count:,} requests of {sum(checked.values()):,} tokens each are {total:,} tokens, past "
+                         f"{MAX_WORKLOAD_TOKENS:,} (hours of serving on the toy engine); accepted: fewer or shorter "
+                         "requests")
+    return count, checked
 
 
 def arg_threads() -> Callable[[str], int]:
@@ -241,21 +353,70 @@ def arg_rounds() -> Callable[[str], int]:
     return arg_int(1, MAX_ROUNDS, why="medians settle within tens of rounds; 1,000 is hours of CPU")
 
 
-def run_command(main: Callable[[], int]) -> NoReturn:
-    """Exit with ``main()``'s status; a reader that closes the pipe early (``... | head -1``) ends the program
-    quietly with status 141 (128 + SIGPIPE, what a shell reports for a program stopped by a closed pipe)."""
+INTERRUPTED = 130  # 128 + SIGINT: what a shell reports for a program stopped by Ctrl-C
+OUTPUT_FAILED = 1  # the output could not be written (a full disk, a closed stdout): not a usage error
+
+
+def run_command(main: Callable[[], int], prog: str = "python -m stage5") -> NoReturn:
+    """Exit with ``main()``'s status, with one line (never a traceback) for what the environment does to a run.
+
+    A reader that closes the pipe early (``... | head -1``) ends the program quietly with status 141 (128 +
+    SIGPIPE, what a shell reports for a program stopped by a closed pipe). Ctrl-C prints one line and exits 130
+    (every file the course writes is replaced atomically, so nothing is left half-written). Standard output
+    closed (``>&-``), or failing to take the output (``OSError``: a full disk, ENOSPC), is one line on stderr
+    and status 1. Text the output encoding cannot show (a non-ASCII file name under ``PYTHONIOENCODING=ascii``
+    or the C locale) is printed with backslash escapes instead of failing.
+    """
     import os
     import sys
 
+    def say(message: str) -> None:
+        if sys.stderr is not None:
+            try:
+                print(f"error: {prog}: {message}", file=sys.stderr, flush=True)
+            except (OSError, ValueError):
+                pass
+
+    def silence_stdout() -> None:
+        # Python flushes stdout again at exit and would print a traceback; point it at /dev/null first.
+        try:
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())
+        except (OSError, ValueError, AttributeError):
+            pass
+
+    if sys.stdout is None:  # started with stdout closed: nothing could be printed, say so before doing anything
+        say("standard output is closed (started with >&-); accepted: an open standard output, e.g. > file")
+        sys.exit(OUTPUT_FAILED)
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.reconfigure(errors="backslashreplace")  # 'caf\xe9.json', never a UnicodeEncodeError
+        except (AttributeError, ValueError, OSError):
+            pass
     try:
         code = main()
         sys.stdout.flush()
     except BrokenPipeError:
-        # Python would print a traceback when it flushes stdout at exit; point stdout at /dev/null first.
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
+        silence_stdout()
         sys.exit(141)
+    except KeyboardInterrupt:
+        say("interrupted (Ctrl-C); files already written are complete, nothing was left half-written")
+        silence_stdout()
+        sys.exit(INTERRUPTED)
+    except OSError as err:  # stdout on a full disk (ENOSPC), a failing device, or a file no door caught
+        why = f"{err.strerror or err} ({errno_name(err.errno)})"
+        say(f"{why}: {err.filename}" if err.filename else f"cannot write the output: {why}; accepted: an output "
+            "with room to write to")
+        silence_stdout()
+        sys.exit(OUTPUT_FAILED)
     sys.exit(code)
+
+
+def errno_name(number: int | None) -> str:
+    """``ENOSPC`` for 28: the name a reader can search for."""
+    import errno
+
+    return errno.errorcode.get(number or 0, f"errno {number}")
 
 
 # ------------------------------------------------------------------------------------------ JSON and files

@@ -235,3 +235,7 @@ def lever_ranking(model: str | ModelConfig = cost.ANCHOR_MODEL, gpu: str | Hardw
         "quantization": usd(dep, good) / usd(fp8, good),
         "kernels": usd(dep, good) / usd(faster, good),
     }
+
+
+# Every public function above refuses a wrong record (a string where a Deployment goes) in one sentence.
+inputs.check_object_arguments(globals())

@@ -82,3 +82,7 @@ def kv_transfer_s(dep: cost.Deployment, prompt: cost.ArrayLike, link_bytes_per_s
     inputs.real(link_bytes_per_s, "link_bytes_per_s", low=1e6, high=1e15,
                 accepted="a positive bandwidth in [1e6, 1e15] bytes/s")
     return p * dep.kv_bytes_per_token / (link_bytes_per_s * dep.num_gpus)
+
+
+# Every public function above refuses a wrong record (a string where a Deployment goes) in one sentence.
+inputs.check_object_arguments(globals())

@@ -24,34 +24,86 @@ from stage5.names import resolve
 
 CONFIG_DIR = Path(__file__).parent / "configs"
 
-# The model_types the reader models, and what each family's HF class assumes when config.json is silent.
-# Defaults follow each transformers config class (e.g. GemmaConfig ties the output head to the embedding,
-# LlamaConfig does not; Qwen2 puts a bias on q, k and v). Anything else is refused, never priced as a Llama.
+# The model_types the reader models, and the architecture each family's transformers code builds. Anything else is
+# refused, never priced as a Llama. ``qkv_bias``: the bias on q, k and v that the family's attention always has
+# (Qwen2Attention builds it with bias=True, MistralAttention and Phi3Attention with bias=False) or, for a family
+# whose config class has the key (``bias_key``), that key's default.
 @dataclass(frozen=True)
 class Family:
-    tied: bool  # tie_word_embeddings when config.json omits it
+    hf_class: str  # the transformers config class whose defaults HF_DEFAULTS records
     qkv_bias: bool = False
+    bias_key: str | None = "attention_bias"  # the config key that switches the q/k/v bias; None: fixed by the code
     gpt2: bool = False  # plain MLP, LayerNorm with bias, learned positions, biases everywhere
     norms_per_layer: int = 2  # Gemma-2 adds a norm after attention and after the MLP
     qk_norm: bool = False  # Qwen3 normalises q and k per head
     window: str = ""  # "all": sliding_window applies to every layer; "alternate": every other layer
-    default_window: int = 0  # sliding_window when config.json omits it
 
 
 FAMILIES: dict[str, Family] = {
-    "llama": Family(tied=False),
-    "mistral": Family(tied=False, window="all"),
-    "mixtral": Family(tied=False, window="all"),
-    "qwen2": Family(tied=False, qkv_bias=True),
-    "qwen2_moe": Family(tied=False, qkv_bias=True),
-    "qwen3": Family(tied=False, qk_norm=True),
-    "gemma": Family(tied=True),
-    # Gemma2Config defaults sliding_window to 4096 (transformers' configuration_gemma2.py).
-    "gemma2": Family(tied=True, norms_per_layer=4, window="alternate", default_window=4096),
-    "phi3": Family(tied=False, window="all"),
-    "gpt2": Family(tied=True, qkv_bias=True, gpt2=True),
-    "deepseek_v2": Family(tied=False),  # multi-head latent attention (MLA) and shared experts
+    "llama": Family("LlamaConfig"),
+    "mistral": Family("MistralConfig", bias_key=None, window="all"),
+    "mixtral": Family("MixtralConfig", bias_key=None, window="all"),
+    "qwen2": Family("Qwen2Config", qkv_bias=True, bias_key=None),
+    "qwen2_moe": Family("Qwen2MoeConfig", qkv_bias=True, bias_key="qkv_bias"),
+    "qwen3": Family("Qwen3Config", qk_norm=True),
+    "gemma": Family("GemmaConfig"),
+    "gemma2": Family("Gemma2Config", norms_per_layer=4, window="alternate"),
+    "phi3": Family("Phi3Config", bias_key=None, window="all"),
+    "gpt2": Family("GPT2Config", qkv_bias=True, bias_key=None, gpt2=True),
+    "deepseek_v2": Family("DeepseekV2Config"),  # multi-head latent attention (MLA) and shared experts
 }
+
+# What config.json may leave out. Each family's transformers config class fills a missing key with its default
+# (transformers 5.24.0, src/transformers/models/<model_type>/configuration_<model_type>.py; checked against the
+# installed classes by tests/test_config_defaults.py). The reader keeps a default only where it does not depend on
+# the model's size: flags, epsilons, the rotary base, the context limit, the sliding window, and the rules a class
+# states (num_key_value_heads = num_attention_heads, head_dim = hidden_size // num_attention_heads, GPT-2's
+# n_inner = 4 x n_embd). Where a class's default is its reference model's size (LlamaConfig's intermediate_size
+# 11008 is Llama-2-7B's, MistralConfig's 8 KV heads Mistral-7B's, GemmaConfig's head_dim 256), the key is
+# required and its absence refused by name: that number describes another model.
+HF_VERSION = "5.24.0"
+
+
+class _Rule(str):
+    """A default computed from other counts (never equal to a string a config.json holds, which is a plain str)."""
+
+
+HEADS = _Rule("num_attention_heads")  # as many KV heads as query heads (multi-head attention)
+SPLIT = _Rule("hidden_size // num_attention_heads")  # the head width splits the hidden size
+FOUR_X = _Rule("4 * n_embd")  # GPT2MLP's inner width when n_inner is None
+_ROPE = {"rope_theta": 10000.0}
+HF_DEFAULTS: dict[str, dict[str, Any]] = {
+    "llama": {"num_key_value_heads": HEADS, "head_dim": SPLIT, "tie_word_embeddings": False,
+              "attention_bias": False, "max_position_embeddings": 2048, "rms_norm_eps": 1e-6, **_ROPE},
+    "mistral": {"head_dim": SPLIT, "tie_word_embeddings": False, "max_position_embeddings": 131072,
+                "rms_norm_eps": 1e-6, **_ROPE, "sliding_window": 4096},
+    "mixtral": {"head_dim": SPLIT, "tie_word_embeddings": False, "max_position_embeddings": 131072,
+                "rms_norm_eps": 1e-5, "rope_theta": 1e6, "sliding_window": None},
+    "qwen2": {"head_dim": SPLIT, "tie_word_embeddings": False, "max_position_embeddings": 32768, "rms_norm_eps": 1e-6,
+              **_ROPE, "use_sliding_window": False, "sliding_window": 4096},
+    "qwen2_moe": {"head_dim": SPLIT, "tie_word_embeddings": False, "max_position_embeddings": 32768,
+                  "rms_norm_eps": 1e-6, **_ROPE, "use_sliding_window": False, "sliding_window": 4096,
+                  "qkv_bias": True, "decoder_sparse_step": 1, "mlp_only_layers": []},
+    "qwen3": {"tie_word_embeddings": False, "attention_bias": False, "max_position_embeddings": 32768,
+              "rms_norm_eps": 1e-6, **_ROPE, "use_sliding_window": False, "sliding_window": 4096},
+    "gemma": {"tie_word_embeddings": True, "attention_bias": False, "max_position_embeddings": 8192,
+              "rms_norm_eps": 1e-6, **_ROPE},
+    "gemma2": {"tie_word_embeddings": True, "attention_bias": False, "max_position_embeddings": 8192,
+               "rms_norm_eps": 1e-6, **_ROPE, "sliding_window": 4096},
+    "phi3": {"num_key_value_heads": HEADS, "head_dim": SPLIT, "tie_word_embeddings": False,
+             "max_position_embeddings": 4096, "rms_norm_eps": 1e-5, **_ROPE, "sliding_window": None},
+    "gpt2": {"head_dim": SPLIT, "n_inner": FOUR_X, "n_positions": 1024, "layer_norm_epsilon": 1e-5, "tie_word_embeddings": True},
+    "deepseek_v2": {"num_key_value_heads": HEADS, "tie_word_embeddings": False, "attention_bias": False,
+                    "max_position_embeddings": 2048, "rms_norm_eps": 1e-6, **_ROPE, "first_k_dense_replace": 0},
+}
+# What an explicit null means where the family's code reads None as a rule rather than a missing number.
+# Elsewhere a null is read as if the key were absent (num_key_value_heads and head_dim then take the family's rule,
+# where it has one).
+_NULL_MEANS = {"n_inner": FOUR_X, "sliding_window": None,
+               "q_lora_rank": 0,  # DeepseekV2Attention: no low-rank query projection
+               "n_shared_experts": 0, "mlp_only_layers": [],
+               "n_routed_experts": 1}  # DeepSeek's own configuration_deepseek.py: None means a dense MLP
+_MISSING = object()
 ENCODERS = {"bert", "roberta", "xlm-roberta", "distilbert", "albert", "electra", "deberta", "deberta-v2",
             "modernbert", "camembert"}
 ENCODER_DECODERS = {"t5", "mt5", "umt5", "longt5", "bart", "mbart", "pegasus", "marian", "whisper", "switch_transformers"}
@@ -78,11 +130,11 @@ _IGNORED_KEYS = {
     "decoder_sparse_step", "mlp_only_layers", "qk_nope_head_dim", "v_head_dim", "moe_layer_freq",
     "query_pre_attn_scalar", "attn_logit_softcapping", "final_logit_softcapping", "cache_implementation",
     "n_embd", "n_layer", "n_head", "n_positions", "n_ctx", "n_inner", "activation_function",
-    "multi_query", "resid_pdrop", "embd_pdrop", "attn_pdrop", "summary_type", "summary_use_proj", "summary_activation",
+    "resid_pdrop", "embd_pdrop", "attn_pdrop", "summary_type", "summary_use_proj", "summary_activation",
     "summary_proj_to_labels", "summary_first_dropout", "task_specific_params", "original_max_position_embeddings",
     "topk_method", "n_group", "topk_group", "routed_scaling_factor", "scoring_func", "aux_loss_alpha",
     "seq_aux", "ep_size", "pretraining_tp", "embd_layer", "resid_dropout", "embd_dropout", "layer_types",
-    "partial_rotary_factor", "rotary_pct",  # how much of each head is rotated: no change to any count
+    "partial_rotary_factor", "rotary_pct", "multi_query", "rope_parameters", "qkv_bias",  # how much of each head is rotated: no change to any count
 }
 MODELLED = tuple(FAMILIES)
 
@@ -217,71 +269,99 @@ class ModelConfig:
         _refuse_unknown(cfg, model_type, label)
         fam = FAMILIES[model_type]
 
-        def pick(*keys: str, default: Any = None, minimum: int = 1) -> int:
-            for key in keys:
-                if cfg.get(key) is not None:
-                    return inputs.integer(cfg[key], f"{label}: {key}", minimum=minimum)
-            if default is None:
-                raise ValueError(f"{label}: config.json has none of {', '.join(keys)}")
-            return default
+        defaults = HF_DEFAULTS[model_type]
+        source = f"{fam.hf_class} (transformers {HF_VERSION})"
 
-        def flag(key: str, default: bool) -> bool:
-            value = cfg.get(key)
-            return default if value is None else inputs.boolean(value, f"{label}: {key}")
+        def given(key: str) -> Any:
+            """config.json's value for ``key``, _MISSING when absent; an explicit null means what the family's
+            code makes of None (_NULL_MEANS), else it counts as absent."""
+            value = cfg.get(key, _MISSING)
+            return _NULL_MEANS.get(key, _MISSING) if value is None else value
 
-        def real(key: str, default: float) -> float:
-            value = cfg.get(key)
-            return default if value is None else inputs.positive(value, f"{label}: {key}")
+        rules: dict[_Rule, Any] = {}  # each rule's value, once the counts it needs are read
 
-        hidden = pick("hidden_size", "n_embd")
-        layers = pick("num_hidden_layers", "n_layer")
-        heads = pick("num_attention_heads", "n_head")
-        # multi_query (Falcon's spelling of MQA) is honoured wherever it appears: one key-value head.
-        kv_heads = 1 if cfg.get("multi_query") is True else pick("num_key_value_heads", default=heads)
+        def value_of(*keys: str) -> Any:
+            """The first of ``keys`` (spellings of one field) config.json gives, else the family's default
+            (HF_DEFAULTS), else refused by name."""
+            value = next((v for v in map(given, keys) if v is not _MISSING), _MISSING)
+            if value is _MISSING:
+                if keys[0] not in defaults:
+                    spelled = keys[0] if len(keys) == 1 else f"any of {', '.join(keys)}"
+                    raise ValueError(
+                        f"{label}: config.json gives no {spelled}; {source} would fill in its reference model's "
+                        f"value, which describes another model, so the reader refuses rather than guess; accepted: "
+                        f"a config.json that gives {keys[0]}")
+                value = defaults[keys[0]]
+            if isinstance(value, _Rule):
+                if rules.get(value) is None:
+                    raise ValueError(f"{label}: hidden_size ({hidden}) is not a multiple of num_attention_heads "
+                                     f"({heads}) and config.json gives no head_dim; accepted: a head_dim, or heads "
+                                     "dividing hidden_size")
+                value = rules[value]
+            return value
+
+        def pick(*keys: str, minimum: int = 1) -> int:
+            return inputs.integer(value_of(*keys), f"{label}: {keys[0]}", minimum=minimum)
+
+        def flag(key: str) -> bool:
+            return inputs.boolean(value_of(key), f"{label}: {key}")
+
+        def real(key: str) -> float:
+            return inputs.positive(value_of(key), f"{label}: {key}")
+
+        gpt2 = fam.gpt2  # GPT2Config's own names (hidden_size and the rest are its aliases)
+        hidden = pick("n_embd", "hidden_size") if gpt2 else pick("hidden_size")
+        layers = pick("n_layer", "num_hidden_layers") if gpt2 else pick("num_hidden_layers")
+        heads = pick("n_head", "num_attention_heads") if gpt2 else pick("num_attention_heads")
+        rules.update({HEADS: heads, SPLIT: hidden // heads if hidden % heads == 0 else None, FOUR_X: 4 * hidden})
+        if cfg.get("multi_query") is True:  # Falcon's and GPTBigCode's MQA switch: no modelled family reads it
+            raise UnsupportedArchitecture(
+                f"{label}: multi_query is not a {model_type} key ({source} has none, and the {model_type} code would "
+                "ignore it); the reader refuses rather than choose between it and num_key_value_heads; accepted: "
+                "num_key_value_heads alone (1 for multi-query attention)")
+        kv_heads = heads if gpt2 else pick("num_key_value_heads")
         vocab = pick("vocab_size")
-        explicit_head_dim = cfg.get("head_dim")
-        if explicit_head_dim is not None:
-            head_dim = inputs.positive_int(explicit_head_dim, f"{label}: head_dim")
-        elif hidden % heads:
-            raise ValueError(f"{label}: hidden_size ({hidden}) is not a multiple of num_attention_heads ({heads}) "
-                             "and config.json gives no head_dim; accepted: a head_dim, or heads dividing hidden_size")
-        else:
-            head_dim = hidden // heads
-        max_pos = pick("max_position_embeddings", "n_positions", "n_ctx", default=2048)
+        head_dim = 0 if model_type == "deepseek_v2" else pick("head_dim")  # MLA's is read below
+        max_pos = pick("n_positions", "n_ctx") if gpt2 else pick("max_position_embeddings")
         extra: dict[str, Any] = {}
 
         # Mixture of experts: Mixtral's num_local_experts, Qwen2-MoE's num_experts, DeepSeek's n_routed_experts.
-        experts = pick("num_local_experts", "num_experts", "n_routed_experts", default=1)
-        intermediate = pick("intermediate_size", "n_inner", default=4 * hidden)
+        experts_key = {"mixtral": "num_local_experts", "qwen2_moe": "num_experts",
+                       "deepseek_v2": "n_routed_experts"}.get(model_type)
+        experts = pick(experts_key) if experts_key else 1
+        intermediate = pick("n_inner") if gpt2 else pick("intermediate_size")
         if experts > 1:
             extra["experts_per_token"] = pick("num_experts_per_tok")
             dense_size = intermediate
-            intermediate = pick("moe_intermediate_size", default=intermediate)
+            intermediate = pick("moe_intermediate_size") if model_type != "mixtral" else intermediate
             if model_type == "qwen2_moe":
-                if pick("decoder_sparse_step", default=1) != 1 or cfg.get("mlp_only_layers"):
+                if pick("decoder_sparse_step") != 1 or value_of("mlp_only_layers"):
                     raise UnsupportedArchitecture(f"{label}: decoder_sparse_step != 1 and mlp_only_layers (dense "
                                                   "layers among the MoE ones) are not modelled")
-                extra["shared_expert_size"] = pick("shared_expert_intermediate_size", default=0, minimum=0)
+                extra["shared_expert_size"] = pick("shared_expert_intermediate_size", minimum=0)
                 extra["shared_expert_gate"] = extra["shared_expert_size"] > 0
             if model_type == "deepseek_v2":
-                if pick("moe_layer_freq", default=1) != 1:
+                if inputs.integer(cfg.get("moe_layer_freq") or 1, f"{label}: moe_layer_freq") != 1:
                     raise UnsupportedArchitecture(f"{label}: moe_layer_freq != 1 is not modelled")
-                extra["shared_expert_size"] = pick("n_shared_experts", default=0, minimum=0) * intermediate
-                extra["dense_layers"] = pick("first_k_dense_replace", default=0, minimum=0)
+                extra["shared_expert_size"] = pick("n_shared_experts", minimum=0) * intermediate
+                extra["dense_layers"] = pick("first_k_dense_replace", minimum=0)
                 extra["dense_intermediate_size"] = dense_size
 
         if model_type == "deepseek_v2":  # multi-head latent attention
             extra["kv_lora_rank"] = pick("kv_lora_rank")
-            extra["q_lora_rank"] = pick("q_lora_rank", default=0, minimum=0)
+            extra["q_lora_rank"] = pick("q_lora_rank", minimum=0)
             extra["qk_rope_head_dim"] = pick("qk_rope_head_dim")
             head_dim = pick("qk_nope_head_dim") + extra["qk_rope_head_dim"]
             extra["v_head_dim"] = pick("v_head_dim")
 
         # Sliding windows: Mistral-style on every layer, Gemma-2 on alternate layers (or as layer_types says);
         # Qwen writes a window into config.json but only uses it when use_sliding_window is true.
-        window = pick("sliding_window", default=fam.default_window, minimum=0)
+        window = 0
+        if fam.window or model_type.startswith("qwen"):
+            raw_window = value_of("sliding_window")
+            window = 0 if raw_window is None else inputs.integer(raw_window, f"{label}: sliding_window", minimum=0)
         if model_type.startswith("qwen") and window:
-            if flag("use_sliding_window", False):
+            if flag("use_sliding_window"):
                 raise UnsupportedArchitecture(f"{label}: use_sliding_window=true (a window on some layers from "
                                               "max_window_layers on) is not modelled")
             window = 0
@@ -299,16 +379,31 @@ class ModelConfig:
             if sliding:
                 extra.update(sliding_window=window, sliding_layers=sliding)
 
-        if fam.gpt2:
+        # The q/k/v bias: the family's key where its config class has one; elsewhere fixed by its code, and a
+        # config.json that says otherwise is refused (transformers would ignore the key and build the fixed bias).
+        qkv_bias = fam.qkv_bias
+        if fam.bias_key:
+            qkv_bias = flag(fam.bias_key)
+        elif cfg.get("attention_bias") not in (None, fam.qkv_bias):
+            raise UnsupportedArchitecture(
+                f"{label}: attention_bias={cfg['attention_bias']!r}, but {model_type} attention "
+                f"{'always has' if fam.qkv_bias else 'never has'} a q/k/v bias ({source} has no such key); "
+                f"accepted: no attention_bias, or {str(fam.qkv_bias).lower()}")
+        rope = cfg.get("rope_parameters")  # transformers 5 writes the rotary base here
+        if cfg.get("rope_theta") is None and isinstance(rope, dict) and rope.get("rope_theta") is not None:
+            rope_theta = inputs.positive(rope["rope_theta"], f"{label}: rope_parameters.rope_theta")
+        else:
+            rope_theta = 0.0 if gpt2 else real("rope_theta")
+
+        if gpt2:
             extra.update(gated_mlp=False, norm="layernorm", learned_positions=max_pos, linear_bias=True)
         return cls(
             name=label, vocab_size=vocab, hidden_size=hidden, num_layers=layers, num_heads=heads,
             num_kv_heads=kv_heads, head_dim=head_dim, intermediate_size=intermediate,
-            tie_embeddings=flag("tie_word_embeddings", fam.tied),
-            qkv_bias=flag("attention_bias", fam.qkv_bias),
+            tie_embeddings=flag("tie_word_embeddings"), qkv_bias=qkv_bias,
             num_experts=experts, max_position_embeddings=max_pos,
-            rope_theta=real("rope_theta", 10000.0),
-            norm_eps=real("layer_norm_epsilon" if fam.gpt2 else "rms_norm_eps", 1e-5),
+            rope_theta=rope_theta or 10000.0,
+            norm_eps=real("layer_norm_epsilon" if gpt2 else "rms_norm_eps"),
             norms_per_layer=fam.norms_per_layer, qk_norm=fam.qk_norm, **extra)
 
     @classmethod

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from stage5 import cost
+from stage5 import cost, inputs
 from stage5.hardware import GiB, Hardware
 
 
@@ -27,14 +27,31 @@ def mixed_step_s(dep: cost.Deployment, batch: int, context: int, chunk: int) -> 
     return float(cost.mixed_step(dep, batch, context, chunk).time_s)
 
 
+MAX_STALL_STEPS = 100_000  # a timeline of that many tokens is already a solid line at any figure width
+
+
 def stall_schedule(dep: cost.Deployment, batch: int, context: int, prompt: int, chunk: int | None,
                    arrival_s: float, horizon_s: float) -> tuple[np.ndarray, float]:
-    """Times (s) at which one sequence of the decode batch emits tokens, and the new prompt's TTFT (s).
+    """Times (s) at which one sequence of the decode batch emits tokens, and the new prompt's TTFT (s; inf when
+    its first token comes after the horizon).
 
     A prompt of ``prompt`` tokens arrives at ``arrival_s``. ``chunk=None``: it is prefilled in one pass
     that stops decode; otherwise it is split into ``chunk``-token pieces carried by the decode steps.
+    ``horizon_s`` must hold at most :data:`MAX_STALL_STEPS` decode steps (a plot of more is a solid line).
     """
-    t, emitted, remaining, first = 0.0, [], prompt, float("nan")
+    batch = inputs.positive_int(batch, "batch")
+    context = inputs.non_negative_int(context, "context (tokens)")
+    prompt = inputs.positive_int(prompt, "prompt (tokens)")
+    if chunk is not None:
+        chunk = inputs.positive_int(chunk, "chunk (tokens, or None for one pass)")
+    arrival_s = inputs.real(arrival_s, "arrival_s", low=0.0, accepted="finite seconds >= 0, or inf for no arrival") \
+        if arrival_s != np.inf else np.inf
+    horizon_s = inputs.positive(horizon_s, "horizon_s (seconds)")
+    steps = horizon_s / mixed_step_s(dep, batch, context, 0)
+    if steps > MAX_STALL_STEPS:
+        raise inputs.InputError(f"horizon_s={horizon_s:g} s is {steps:,.0f} decode steps of this deployment, past "
+                                f"{MAX_STALL_STEPS:,}; accepted: a horizon of at most that many steps")
+    t, emitted, remaining, first = 0.0, [], prompt, float("inf")  # inf: no first token within the horizon
     while t < horizon_s:
         if t >= arrival_s and remaining > 0:
             if chunk is None:
@@ -295,3 +312,7 @@ def kv_pool_map(owner: Sequence[int], used: Sequence[bool], block_size: int, per
     ax.set_yticks([])
     ax.set_xlabel(f"slot within a row of {per_row} (rows continue downwards; lines: blocks of {block_size})")
     return ax
+
+
+# Every public function above refuses a wrong record (a string where a Deployment goes) in one sentence.
+inputs.check_object_arguments(globals())

@@ -70,8 +70,12 @@ def _checked(x: np.ndarray) -> np.ndarray:
 
 def relative_error(exact: np.ndarray, approx: np.ndarray) -> float:
     """Frobenius norm of the difference over that of ``exact``."""
-    e = np.asarray(exact, dtype=float)
-    return float(np.linalg.norm(e - np.asarray(approx, dtype=float)) / np.linalg.norm(e))
+    e = inputs.reals(exact, "exact", high=1e150)  # squares of larger entries overflow the norm
+    a = inputs.reals(approx, "approx", high=1e150)
+    if e.shape != a.shape or not np.any(e):
+        raise inputs.InputError(f"exact and approx must be arrays of one shape, exact not all zero; got {e.shape} "
+                                f"and {a.shape}")
+    return float(np.linalg.norm(e - a) / np.linalg.norm(e))
 
 
 def smooth(x: np.ndarray, w: np.ndarray, alpha: float = 0.5) -> tuple[np.ndarray, np.ndarray]:
@@ -79,6 +83,11 @@ def smooth(x: np.ndarray, w: np.ndarray, alpha: float = 0.5) -> tuple[np.ndarray
     s_j = max|x_j|^alpha / max|w_j|^(1 - alpha) and multiply column j of w by it. The product is unchanged;
     the outliers' range moves from the activations into the weights."""
     a = inputs.real(alpha, "alpha (migration strength)", low=0.0, high=1.0)
+    x, w = inputs.reals(x, "x (activations)", low=-1e150, high=1e150), inputs.reals(w, "w (weights)", low=-1e150,
+                                                                                     high=1e150)
+    if x.ndim != 2 or w.ndim != 2 or x.shape[1] != w.shape[1]:
+        raise inputs.InputError(f"x (tokens x in) and w (out x in) must be matrices sharing their inputs, got shapes "
+                                f"{x.shape} and {w.shape}")
     s = np.abs(x).max(axis=0) ** a / np.maximum(np.abs(w).max(axis=0), 1e-12) ** (1 - a)
     s = np.where(s == 0, 1.0, s)
     return x / s, w * s

@@ -89,6 +89,9 @@ STUDY_FINDINGS: dict[str, str] = {
 
 
 def weight_format(key: str) -> WeightFormat:
+    if not isinstance(key, str):
+        raise inputs.InputError(f"weight format must be a name, one of {', '.join(WEIGHT_FORMATS)}; got {key!r} "
+                                f"({type(key).__name__})")
     try:
         return WEIGHT_FORMATS[key.lower()]
     except KeyError:
@@ -105,6 +108,9 @@ def table_16bit_extra_bytes(model: str | ModelConfig, weights: str) -> float:
 
 
 def kv_format(key: str) -> float:
+    if not isinstance(key, str):
+        raise inputs.InputError(f"KV format must be a name, one of {', '.join(KV_FORMATS)}; got {key!r} "
+                                f"({type(key).__name__})")
     try:
         return KV_FORMATS[key.lower()]
     except KeyError:
@@ -134,7 +140,7 @@ def case_deployments(model: str | ModelConfig, gpu: str | Hardware, num_gpus: in
                      estimate: cost.Estimate | None = None) -> tuple[cost.Deployment, cost.Deployment]:
     """(BF16 baseline, quantized deployment) for one of :data:`CASES`; ``kv`` is used by the last two.
     ``estimate``: price both in estimate mode with these terms (default: the simple estimate)."""
-    if case not in CASES:
+    if not isinstance(case, str) or case not in CASES:
         raise ValueError(f"unknown case {case!r}; accepted: {', '.join(CASES)}")
     base = deployment(model, gpu, num_gpus, estimate=estimate)
     new = deployment(model, gpu, num_gpus, weights, "bf16" if case == "weights" else kv, estimate=estimate)
@@ -188,3 +194,7 @@ def decode_step_gain(model: str | ModelConfig, gpu: str | Hardware, num_gpus: in
         raise ValueError("decode_step_gain compares steps at the same batch; use end_to_end_gain for that case")
     base, new = case_deployments(model, gpu, num_gpus, weights, case, kv, estimate)
     return cost.tpot_s(base, batch, context) / cost.tpot_s(new, batch, context)
+
+
+# Every public function above refuses a wrong record (a string where a Deployment goes) in one sentence.
+inputs.check_object_arguments(globals())

@@ -92,8 +92,8 @@ def simulate_router(easy_share: float = 0.8, ratio: float = 0.1, router_noise: f
     inputs.positive(ratio, "ratio (cheap model's cost per token over the big one's)")
     inputs.fraction(budget, "budget")
     inputs.real(min_saving, "min_saving", low=0.0)
-    n = inputs.integer(n, "n (simulated requests)", minimum=2)
-    points = inputs.integer(points, "points", minimum=2)
+    n = inputs.integer(n, "n (simulated requests)", minimum=2, maximum=10**7)  # 10 million: a second of numpy
+    points = inputs.integer(points, "points", minimum=2, maximum=100_000)
     seed = inputs.non_negative_int(seed, "seed")
     rng = np.random.default_rng(seed)
     difficulty = rng.standard_normal(n)
@@ -105,6 +105,9 @@ def simulate_router(easy_share: float = 0.8, ratio: float = 0.1, router_noise: f
     k = np.round(np.linspace(0, 1, points) * n).astype(int)
     hard_routed = np.r_[0, np.cumsum(hard_sorted)][k]
     n_hard = int(hard.sum())
+    if not 0 < n_hard < n:
+        raise inputs.InputError(f"easy_share={easy_share!r} leaves {n - n_hard} easy and {n_hard} hard requests of "
+                                f"{n:,}; accepted: a share that leaves some of each (or a larger n)")
     routed = k / n
     degraded = hard_routed / n
     false_cheap = hard_routed / n_hard
@@ -114,3 +117,7 @@ def simulate_router(easy_share: float = 0.8, ratio: float = 0.1, router_noise: f
     saving = blended_saving(routed, ratio)
     safe = (bound <= budget) & (saving >= min_saving)
     return RouterCurve(routed, degraded, false_cheap, false_expensive, bound, saving, safe)
+
+
+# Every public function above refuses a wrong record (a string where a Deployment goes) in one sentence.
+inputs.check_object_arguments(globals())

@@ -120,15 +120,24 @@ class PipelineDecode:
     throughput: float
 
 
+def _stages(cfg: ModelConfig, pp: object) -> int:
+    """``pp`` as a stage count that shares ``cfg``'s layers evenly (each stage holds whole, equal shares)."""
+    stages = inputs.positive_int(pp, "pp (pipeline stages)", maximum=cfg.num_layers)
+    if cfg.num_layers % stages:
+        raise ValueError(f"{cfg.name} has {cfg.num_layers} layers, which pp={stages} stages cannot share evenly; "
+                         f"allowed stage counts divide {cfg.num_layers}")
+    return stages
+
+
 def pipeline_max_batch(model: str | ModelConfig, gpu: str | Hardware, tp: int, pp: int, context: float,
                        weight_bytes: float = 2.0, kv_bytes: float = 2.0) -> int:
     """Sequences of ``context`` tokens whose KV cache fits on ``pp`` stages of ``tp`` GPUs: the memory of all
     tp x pp GPUs less their reserve and the weights (as :func:`stage5.cost.kv_budget_bytes` counts them), over the
     cache of one sequence; 0 if nothing is left. A stage holds only its own layers' cache, so a KV head is copied
     only where ``tp`` exceeds the KV heads (:func:`stage5.cost.kv_replication` at ``tp``, not at tp x pp)."""
-    tokens = inputs.positive(context, "context (tokens)")
-    stages = inputs.positive_int(pp, "pp (pipeline stages)")
+    tokens = float(inputs.counts(context, "context (tokens)"))
     cfg = get_model(model)
+    stages = _stages(cfg, pp)
     one_stage = cost.Deployment(cfg, get_gpu(gpu), tp, weight_bytes=weight_bytes, kv_bytes=kv_bytes)
     budget = stages * (one_stage.memory_bytes - one_stage.reserve_bytes) - one_stage.weight_total_bytes
     one = float(cfg.kv_bytes_per_sequence(tokens, kv_bytes)) * cost.kv_replication(cfg, tp)
@@ -162,9 +171,7 @@ def pipeline_decode(model: str | ModelConfig, gpu: str | Hardware, tp: int, pp: 
     if not isinstance(m, (int, np.integer)) or isinstance(m, bool) or not 1 <= m <= batch:
         raise ValueError(f"microbatches must be a whole number from 1 to the batch ({batch}), got {microbatches!r}")
     cfg = get_model(model)
-    if cfg.num_layers % pp:
-        raise ValueError(f"{cfg.name} has {cfg.num_layers} layers, which {pp} stages cannot share evenly; "
-                         f"allowed stage counts divide {cfg.num_layers}")
+    _stages(cfg, pp)
     hw = get_gpu(gpu)
     fits = pipeline_max_batch(cfg, hw, tp, pp, context, weight_bytes, kv_bytes)
     where = f"{pp} stage(s) of {tp} x {hw.name}"
@@ -187,3 +194,7 @@ def pipeline_decode(model: str | ModelConfig, gpu: str | Hardware, tp: int, pp: 
         p2p = hw.node_link_latency_s + message / (hw.node_link_bandwidth * cost.network_efficiency(hw, est.server_nics))
     tpot = max(pp * (stage + p2p), m * stage)
     return PipelineDecode(tp, pp, m, stage, p2p, tpot, 1 - m * stage / tpot, batch / tpot)
+
+
+# Every public function above refuses a wrong record (a string where a Deployment goes) in one sentence.
+inputs.check_object_arguments(globals())

@@ -55,7 +55,8 @@ class SimInputs:
 @dataclass(frozen=True)
 class SimOutputs:
     """The simulator's answer. Times in ms, throughput in output tokens/s for the whole deployment, cost in
-    dollars per million output tokens (prefill time included). NaN fields when ``ok`` is False."""
+    dollars per million output tokens (prefill time included: in ``estimate`` mode inside TPOT, whose steps carry
+    the other requests' prefill chunks; otherwise as separate prefill steps). NaN fields when ``ok`` is False."""
 
     ok: bool
     error: str = ""
@@ -126,15 +127,21 @@ def _simulate(x: SimInputs) -> SimOutputs:
                                      kv=x.kv, prefix_hit=x.prefix_hit, alpha=x.alpha, k=int(x.k),
                                      price_per_gpu_hour=x.price_per_gpu_hour, estimate=dep.estimate)
     speed = float(cost.speculative_speedup(dep, c, ctx, x.alpha, x.k)) if x.k > 0 else 1.0
-    pre, dec = levers.request_seconds(dep, p, o, c, x.prefix_hit, speed)
+    tpot = float(cost.mixed_tpot_s(dep, c, p, o, x.prefix_hit)) / speed  # the cached prefix is not prefilled
+    if dep.estimate is not None and dep.estimate.mixed_step:
+        # Every decode step carries the other requests' prefill chunks (cost.mixed_tpot_s), so prefill time is
+        # inside TPOT: the deployment emits its c sequences' tokens once per TPOT, and a request costs o x TPOT / c.
+        request_s = o * tpot / c
+    else:  # prefill as its own steps beside pure decode steps (levers.request_seconds)
+        request_s = sum(levers.request_seconds(dep, p, o, c, x.prefix_hit, speed))
     binding = "KV memory capacity" if c == diag.max_concurrency else (
         "compute" if diag.decode_bound == "compute" else "memory bandwidth")
     return SimOutputs(
         ok=True, model=model.name,
         ttft_ms=1e3 * float(cost.ttft_s(dep, p, x.prefix_hit)),
-        tpot_ms=1e3 * float(cost.mixed_tpot_s(dep, c, p, o)) / speed,
-        throughput=o / (pre + dec),
-        usd_per_million=levers.dollars_per_million(dep, p, o, c, x.prefix_hit, speed, x.price_per_gpu_hour),
+        tpot_ms=1e3 * tpot,
+        throughput=o / request_s,
+        usd_per_million=cost.CostTerms(cost.price_per_s(dep, x.price_per_gpu_hour), request_s, o).dollars_per_million,
         binding=binding, max_concurrency=diag.max_concurrency,
         intensity=float(cost.decode_intensity_with_kv(dep, c, ctx)),
         ridge=cost.ridge_point(dep.gpu, dep.weight_bytes),
@@ -298,9 +305,9 @@ class Simulator:
     # ---------------------------------------------------------------- the prediction box
     def record_guess(self, quantity: str, value: float) -> str:
         """Record a guess for one of :data:`PREDICTABLE` against the current inputs."""
-        if quantity not in PREDICTABLE:
-            raise KeyError(f"cannot predict {quantity!r}; choose one of {list(PREDICTABLE)}")
-        self.guess = (quantity, float(value), self.inputs)
+        check.choice(quantity, "quantity", tuple(PREDICTABLE))
+        value = check.real(value, "guess", accepted="a finite number (your prediction, in the quantity's unit)")
+        self.guess = (quantity, value, self.inputs)
         self.revealed_for = None
         self.feedback.value = (f"Recorded: {html.escape(quantity)} = {float(value):,.4g}. "
                                "Now press reveal.")
@@ -314,11 +321,16 @@ class Simulator:
             return None
         quantity, value, at = self.guess
         out = simulate(at)
-        actual = float(getattr(out, PREDICTABLE[quantity])) if out.ok else math.nan
-        error = value - actual
-        rel = error / actual if actual else math.inf
         self.guess = None
         self.revealed_for = at
+        if not out.ok:  # nothing to compare with: say what does not fit, never "the model says nan"
+            self.feedback.value = (f"{html.escape(quantity)}: you said {value:,.4g}, but these inputs cannot run, so "
+                                   f"there is no value to compare with: {html.escape(out.error)}")
+            self.update()
+            return None
+        actual = float(getattr(out, PREDICTABLE[quantity]))
+        error = value - actual
+        rel = error / actual  # every predictable quantity of a deployment that runs is positive
         self.feedback.value = (f"{html.escape(quantity)}: you said {value:,.4g}, the model says {actual:,.4g}; "
                                f"error {error:+,.4g} ({rel:+.0%}).")
         self.update()

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import ArrayLike
 
+from stage5 import inputs
 from stage5.calibration import Calibration
 from stage5.models import ModelConfig
 
@@ -51,14 +52,22 @@ def predict_step(cal: Calibration, cfg: ModelConfig, batch: ArrayLike, context: 
                  tokens_per_seq: ArrayLike = 1, ideal: bool = False) -> StepPrediction:
     """Predicted time of one step that feeds ``tokens_per_seq`` tokens to each of ``batch`` sequences holding
     ``context`` tokens of K/V each. ``ideal`` uses the peak matmul rate at every batch (the ideal roofline)."""
-    b = np.asarray(batch, dtype=float)
-    rows = b * np.asarray(tokens_per_seq, dtype=float)
+    b = _amount(batch, "batch (sequences)")
+    rows = b * _amount(tokens_per_seq, "tokens_per_seq")
+    context = inputs.counts(context, "context (tokens)", minimum=0.0)
     rate = cal.peak_rate if ideal else cal.rate(rows)
     memory = np.broadcast_to(cfg.weight_bytes(BYTES_PER_PARAM) / cal.bandwidth, rows.shape).astype(float)
     compute = 2.0 * cfg.num_params * rows / rate
     attention = KV_PASSES * b * np.asarray(context, dtype=float) * cfg.kv_bytes_per_token(BYTES_PER_PARAM) / cal.bandwidth
     overhead = cal.overhead_step_s + cal.overhead_seq_s * b
     return StepPrediction(np.asarray(overhead), memory, np.asarray(compute), np.asarray(attention))
+
+
+def _amount(x: ArrayLike, name: str) -> np.ndarray:
+    """Sequences or tokens per sequence in a step: above 0 (a share of a batch, as a run's mean, is fine) and
+    at most 2**53."""
+    return inputs.reals(x, name, low=0.0, low_open=True, high=float(inputs.MAX_COUNT),
+                        accepted="a number in (0, 2**53] (or an array of them)")
 
 
 def ridge_batch(cal: Calibration, cfg: ModelConfig) -> float:
@@ -71,13 +80,18 @@ def knee_batch(batches: ArrayLike, times: ArrayLike) -> float:
     """Where a measured step-time curve's two asymptotes meet: the flat line through its smallest batch and
     the line through the origin and its largest. Applied to a measurement it estimates the ridge without any
     model; the estimate is rough where fixed overhead is a large part of the largest batch's step."""
-    b, t = np.asarray(batches, dtype=float), np.asarray(times, dtype=float)
+    b = inputs.reals(batches, "batches", low=0.0, low_open=True, high=float(inputs.MAX_COUNT))
+    t = inputs.reals(times, "times (seconds)", low=0.0, low_open=True)
+    if b.ndim != 1 or b.shape != t.shape or b.size < 2:
+        raise inputs.InputError(f"batches and times must be two lists of the same length, at least 2, got "
+                                f"{b.shape} and {t.shape}")
     return float(t[0] * b[-1] / t[-1])
 
 
 def speculative_round(cal: Calibration, cfg: ModelConfig, draft_cfg: ModelConfig, batch: ArrayLike,
                       context: ArrayLike, k: int) -> np.ndarray:
     """Predicted seconds of one speculative round: k draft steps, then one target pass over k + 1 tokens each."""
+    k = inputs.non_negative_int(k, "k (drafted tokens)", maximum=inputs.MAX_DRAFT_TOKENS)
     draft = predict_step(cal, draft_cfg, batch, context).time_s
     verify = predict_step(cal, cfg, batch, context, tokens_per_seq=k + 1).time_s
     return k * draft + verify
@@ -100,3 +114,7 @@ def predict_run_s(cal: Calibration, cfg: ModelConfig, result) -> float:
     fed = np.asarray(result.step_tokens, dtype=float)
     context = np.asarray(result.step_context, dtype=float) / batch
     return float(predict_step(cal, cfg, batch, context, tokens_per_seq=fed / batch).time_s.sum())
+
+
+# Every public function above refuses a wrong record (a string where a Calibration goes) in one sentence.
+inputs.check_object_arguments(globals())

@@ -73,8 +73,12 @@ def test_missing_kv_heads_means_multi_head_attention():
     assert m.num_kv_heads == m.num_heads == 8
 
 
-def test_multi_query_flag_means_one_kv_head():
-    m = ModelConfig.from_hf_config(_llama_like(multi_query=True))
+def test_multi_query_is_refused_by_name_one_kv_head_is_num_key_value_heads():
+    """multi_query is Falcon's and GPTBigCode's switch; LlamaConfig has no such key and the llama code ignores it,
+    so a llama config with multi_query and 8 KV heads is refused (issue 43), never priced with one KV head."""
+    with pytest.raises(UnsupportedArchitecture, match="multi_query is not a llama key"):
+        ModelConfig.from_hf_config(_llama_like(multi_query=True, num_key_value_heads=8))
+    m = ModelConfig.from_hf_config(_llama_like(num_key_value_heads=1, multi_query=False))
     assert m.num_kv_heads == 1
     assert m.kv_bytes_per_token(2) == 2 * 2 * 1 * 64 * 2
 
@@ -174,7 +178,7 @@ def test_gemma_ties_embeddings_when_the_key_is_absent():
     assert "tie_word_embeddings" not in json.loads((HF_CONFIGS / "gemma-2-9b.json").read_text())
     assert m.tie_embeddings
     assert _family("gemma-2b").tie_embeddings  # its published count (2.506 B) holds only with a tied head
-    gemma1 = ModelConfig.from_hf_config(_llama_like(model_type="gemma"))
+    gemma1 = ModelConfig.from_hf_config(_llama_like(model_type="gemma", num_key_value_heads=1, head_dim=64))
     assert gemma1.tie_embeddings and not ModelConfig.from_hf_config(_llama_like()).tie_embeddings
 
 
@@ -199,7 +203,8 @@ def test_sliding_windows_cap_kv_per_sequence():
       "vocab_size": 65024, "parallel_attn": True, "new_decoder_architecture": False}, "parallel_attn"),
     ({"hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4, "vocab_size": 10}, "(missing)"),
     (_llama_like(kv_lora_rank=512, qk_rope_head_dim=64), "kv_lora_rank"),
-    (_llama_like(model_type="qwen2", use_sliding_window=True, sliding_window=4096), "use_sliding_window"),
+    (_llama_like(model_type="qwen2", num_key_value_heads=8, use_sliding_window=True, sliding_window=4096),
+     "use_sliding_window"),
 ])
 def test_unmodelled_architectures_are_refused_by_name(cfg, message):
     with pytest.raises(UnsupportedArchitecture, match=re.escape(message)):

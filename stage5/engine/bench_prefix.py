@@ -15,7 +15,17 @@ import torch
 
 from stage5.engine.engine import Engine, RunResult
 from stage5.engine.sequence import Request
-from stage5.inputs import OneLineParser, arg_int, arg_real, arg_threads, dumps
+from stage5.inputs import (
+    InputError,
+    OneLineParser,
+    arg_int,
+    arg_real,
+    arg_threads,
+    dumps,
+    integer,
+    workload_size,
+)
+from stage5.inputs import seed as inputs_seed
 
 COLUMNS = ["hit_rate", "prefill_tokens_computed", "prefill_tokens_skipped", "mean_ttft_steps", "mean_ttft_s",
            "tokens_per_s", "steps", "wall_s"]
@@ -25,11 +35,20 @@ SERVINGS = {"no_cache": (False, False), "cache_shared_first": (True, False), "ca
 def prefix_workload(n: int, system_len: int, user_len: tuple[int, int], output_len: int, seed: int = 0,
                     timestamp_first: bool = False, text: bytes | None = None) -> list[Request]:
     """``n`` requests: a fixed system prompt, a per-request timestamp, a user turn cut from held-out text."""
+    if not isinstance(user_len, (tuple, list)) or len(user_len) != 2:
+        raise InputError(f"user_len must be a (shortest, longest) pair of token counts, got {user_len!r}")
+    n, lengths = workload_size(n, {"system_len": system_len, "user_len": user_len[1], "output_len": output_len})
+    low = integer(user_len[0], "user_len[0] (tokens)", minimum=1, maximum=lengths["user_len"])
+    system_len, high, output_len = lengths["system_len"], lengths["user_len"], lengths["output_len"]
+    user_len = (low, high)
     if text is None:
         from stage5.engine.checkpoints import corpus_split
 
         text = corpus_split()[1]
-    rng = np.random.default_rng(seed)
+    if not isinstance(text, bytes) or len(text) <= system_len + high:
+        raise InputError(f"text must be bytes longer than system_len + the longest user turn ({system_len + high:,}), "
+                         f"got {type(text).__name__} of {len(text) if isinstance(text, bytes) else 0:,}")
+    rng = np.random.default_rng(inputs_seed(seed))
     system = text[:system_len]
     requests = []
     for i in range(n):

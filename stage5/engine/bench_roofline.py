@@ -24,6 +24,10 @@ KEYS = ("batches", "predicted_ms", "measured_ms", "ratio", "memory_share_b1", "r
 def step_requests(batch: int, prompt_len: int = PROMPT_LEN, new_tokens: int = NEW_TOKENS):
     """``batch`` requests of ``prompt_len`` tokens, each answered with exactly ``new_tokens``."""
     from stage5.engine.sequence import Request
+    from stage5.inputs import workload_size
+
+    batch, lengths = workload_size(batch, {"prompt_len": prompt_len, "new_tokens": new_tokens}, "batch")
+    prompt_len, new_tokens = lengths["prompt_len"], lengths["new_tokens"]
 
     return [Request(i, tuple((7 * i + j) % 251 for j in range(prompt_len)), new_tokens) for i in range(batch)]
 

@@ -13,14 +13,20 @@ import torch
 from stage5.engine.engine import Engine
 from stage5.engine.sequence import Request
 from stage5.engine.speculative import DraftModelDrafter, PromptLookupDrafter, SpeculativeEngine
-from stage5.inputs import OneLineParser, arg_int, arg_requests, arg_threads, dumps
+from stage5.inputs import OneLineParser, arg_int, arg_requests, arg_threads, dumps, integer, workload_size
 
 
 def spec_workload(n: int, prompt_len: int = 64, output_len: int = 96, stride: int = 997) -> list[Request]:
     """``n`` held-out code snippets of ``prompt_len`` bytes, each answered with ``output_len`` greedy tokens."""
     from stage5.engine.checkpoints import corpus_split
 
+    n, lengths = workload_size(n, {"prompt_len": prompt_len, "output_len": output_len})
+    prompt_len, output_len = lengths["prompt_len"], lengths["output_len"]
+    stride = integer(stride, "stride (bytes between snippets)", minimum=1)
     text = corpus_split()[1]
+    if (n - 1) * stride + prompt_len > len(text):
+        raise ValueError(f"{n} snippets of {prompt_len} bytes, {stride} bytes apart, run past the held-out text's "
+                         f"{len(text):,} bytes; accepted: fewer, shorter or closer snippets")
     return [Request(i, tuple(text[i * stride:i * stride + prompt_len]), output_len) for i in range(n)]
 
 
@@ -81,6 +87,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threads", type=arg_threads(), default=1, help="torch CPU threads (default 1)")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
+    if args.k > args.max_k:  # the speedup table's k is read against the acceptance table's rows, 1 .. --max-k
+        parser.error(f"--k {args.k} is past --max-k {args.max_k}: the speedup table's k must be one the acceptance "
+                     "table measures; accepted: 0 (no drafting) to --max-k")
     torch.set_num_threads(args.threads)
     from stage5.engine.checkpoints import load_target
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from stage5 import inputs
 from stage5.calibration import machine_memory_bytes
 from stage5.engine.sequence import Request
 from stage5.inputs import MAX_COUNT, InputError
@@ -77,9 +78,15 @@ def pool_fits(cfg: ModelConfig, num_slots: int, itemsize: int, blocks: tuple[int
     Checked before anything is allocated, so a typo'd size is refused with the size it would take instead of
     torch trying (and the machine swapping or the process being killed).
     """
-    positive_ints(num_slots=num_slots)
+    positive_ints(num_slots=num_slots, itemsize=itemsize)
+    if itemsize > 8:
+        raise InputError(f"itemsize must be the bytes of one K/V element, 1 to 8, got {itemsize!r}")
     per_slot = cfg.num_layers * 2 * cfg.num_kv_heads * cfg.head_dim * int(itemsize)  # Python ints: no overflow
     shape = f" ({blocks[0]:,} blocks of {blocks[1]:,})" if blocks else ""
     _memory_note(int(num_slots) * per_slot, f"a K/V pool of {num_slots:,} token slots{shape} at {per_slot:,} bytes "
                  f"a slot ({cfg.num_layers} layers x K and V x {cfg.num_kv_heads} heads x {cfg.head_dim} x "
                  f"{itemsize} bytes)")
+
+
+# Every public function above refuses a wrong record (a string where a Deployment goes) in one sentence.
+inputs.check_object_arguments(globals())

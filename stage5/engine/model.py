@@ -20,6 +20,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from stage5 import inputs
 from stage5.models import ModelConfig
 
 
@@ -76,10 +77,14 @@ class CausalBackend:
         return out.transpose(1, 2).reshape(n, heads, dim)
 
 
+MAX_LAYERS = 65_536  # far past any decoder built (Llama 3.1 405B has 126 layers)
+
+
 class GrowingCache:
     """One sequence's K/V, kept per layer and extended with torch.cat: simple and obviously right."""
 
     def __init__(self, num_layers: int):
+        num_layers = inputs.positive_int(num_layers, "num_layers", maximum=MAX_LAYERS)
         self.k: list[torch.Tensor | None] = [None] * num_layers
         self.v: list[torch.Tensor | None] = [None] * num_layers
 
@@ -210,12 +215,17 @@ def probs(logits: torch.Tensor, temperature: float) -> torch.Tensor:
 
     The largest logit is subtracted first, so a temperature small enough to overflow the division gives its
     limit (all mass on the largest logits) instead of NaN."""
+    temperature = inputs.positive(temperature, "temperature")
     logits = logits.double()
     return torch.softmax((logits - logits.max(dim=-1, keepdim=True).values) / temperature, dim=-1)
 
 
 def sample(logits: torch.Tensor, temperature: float = 0.0, generator: torch.Generator | None = None) -> int:
     """Greedy when temperature is 0, else a draw from softmax(logits / temperature)."""
+    temperature = inputs.real(temperature, "temperature", low=0.0,
+                              accepted="a finite number >= 0 (0 is greedy)")
+    if not isinstance(logits, torch.Tensor) or not logits.is_floating_point() or not torch.isfinite(logits).all():
+        raise inputs.InputError("logits must be a tensor of finite floating-point scores")
     if temperature <= 0:
         return int(torch.argmax(logits))
     return int(torch.multinomial(probs(logits, temperature), 1, generator=generator))
@@ -228,9 +238,16 @@ def generate(model: Transformer, prompt_ids: list[int], max_new_tokens: int, tem
 
     Returns the new token ids, or (ids, [logits per new token]) when ``return_logits`` is set.
     """
-    if not prompt_ids:
-        raise ValueError("generate needs at least one prompt token")
-    generator = torch.Generator().manual_seed(seed) if seed is not None else None
+    if not isinstance(prompt_ids, (list, tuple)) or not prompt_ids:
+        raise inputs.InputError(f"prompt_ids must be a non-empty list of token ids, got {prompt_ids!r:.60}")
+    vocab, positions = model.cfg.vocab_size, model.cfg.max_position_embeddings
+    for token in prompt_ids:
+        inputs.integer(token, "prompt_ids (token ids)", minimum=0, maximum=vocab - 1)
+    # the last new token is sampled, never fed: prompt + new - 1 positions (as engine.checks.fits_model counts)
+    max_new_tokens = inputs.positive_int(max_new_tokens, "max_new_tokens",
+                                         maximum=max(1, positions - len(prompt_ids) + 1))
+    temperature = inputs.real(temperature, "temperature", low=0.0, accepted="a finite number >= 0 (0 is greedy)")
+    generator = torch.Generator().manual_seed(inputs.seed(seed)) if seed is not None else None
     cache = GrowingCache(model.cfg.num_layers)
     tokens = torch.tensor(prompt_ids, dtype=torch.long)
     out: list[int] = []
@@ -242,3 +259,7 @@ def generate(model: Transformer, prompt_ids: list[int], max_new_tokens: int, tem
         out.append(sample(logits, temperature, generator))
         tokens = torch.tensor(out[-1:], dtype=torch.long)
     return (out, seen) if return_logits else out
+
+
+# Every public function above refuses a wrong record (a string where a Deployment goes) in one sentence.
+inputs.check_object_arguments(globals())

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 from stage5.engine.sequence import Request, Sequence
 from stage5.engine.speculative import DraftModelDrafter
+from stage5.inputs import workload_size
 
 
 class SetAcceptanceDrafter:
@@ -69,6 +70,9 @@ class SpecPoint:
 
 
 def spec_requests(batch: int, prompt_len: int, new_tokens: int) -> list[Request]:
+    """``batch`` requests of ``prompt_len`` tokens, each answered with ``new_tokens``."""
+    batch, lengths = workload_size(batch, {"prompt_len": prompt_len, "new_tokens": new_tokens}, "batch")
+    prompt_len, new_tokens = lengths["prompt_len"], lengths["new_tokens"]
     return [Request(i, tuple((11 * i + 3 * j) % 251 for j in range(prompt_len)), new_tokens) for i in range(batch)]
 
 

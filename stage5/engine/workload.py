@@ -8,11 +8,27 @@ held-out corpus bytes (text the models never trained on), and every request carr
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass
 
 import numpy as np
 
 from stage5.engine.sequence import Request
+from stage5.inputs import (
+    MAX_REQUEST_TOKENS,
+    MAX_WORKLOAD_REQUESTS,
+    InputError,
+    fraction,
+    integer,
+    positive,
+    real,
+    workload_size,
+)
+from stage5.inputs import seed as inputs_seed
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 @dataclass(frozen=True)
@@ -39,6 +55,17 @@ def _lognormal(rng: np.random.Generator, n: int, median: float, sigma: float, bo
 def make_workload(n: int = 64, seed: int = 0, text: bytes | None = None, **overrides) -> list[Request]:
     """``n`` requests, reproducible from ``seed``. ``text`` defaults to the held-out corpus bytes."""
     spec = WorkloadSpec(n=n, seed=seed, **overrides)
+    for name in ("prompt_range", "output_range"):
+        bounds = getattr(spec, name)
+        if not isinstance(bounds, (tuple, list)) or len(bounds) != 2:
+            raise InputError(f"{name} must be a (shortest, longest) pair of token counts, got {bounds!r}")
+        integer(bounds[0], f"{name}[0] (tokens)", minimum=1, maximum=bounds[1] if _is_int(bounds[1]) else None)
+    workload_size(n, {"prompt_range[1]": spec.prompt_range[1], "max_tokens": spec.max_tokens})
+    seed = inputs_seed(seed)
+    for name in ("prompt_median", "output_median"):
+        positive(getattr(spec, name), name)
+    for name in ("prompt_sigma", "output_sigma"):
+        real(getattr(spec, name), name, low=0.0, high=10.0, accepted="a spread in [0, 10] (log-normal sigma)")
     if spec.output_range[1] > spec.max_tokens:
         raise ValueError(f"longest actual output ({spec.output_range[1]}) exceeds the cap ({spec.max_tokens})")
     if text is None:
@@ -87,7 +114,10 @@ class Lengths:
     long_high: int = 0
 
     def __post_init__(self) -> None:
-        if self.kind not in ("fixed", "uniform", "long_tail"):
+        for name in ("value", "low", "high", "long_low", "long_high"):
+            integer(getattr(self, name), f"Lengths.{name} (tokens)", minimum=0, maximum=MAX_REQUEST_TOKENS)
+        fraction(self.long_share, "Lengths.long_share")
+        if not isinstance(self.kind, str) or self.kind not in ("fixed", "uniform", "long_tail"):
             raise ValueError(f"length distribution {self.kind!r} is unknown; accepted: fixed, uniform, long_tail")
         if self.kind == "fixed" and self.value < 1:
             raise ValueError(f"a fixed length must be >= 1, got {self.value}")
@@ -113,9 +143,11 @@ class Lengths:
 
 def poisson_arrivals(n: int, rate: float, seed: int = 0) -> list[float]:
     """``n`` arrival times (seconds) of a Poisson process at ``rate`` requests/s: exponential gaps, first at 0."""
-    if not rate > 0 or rate == float("inf"):
-        raise ValueError(f"rate must be a finite number of requests per second > 0, got {rate!r}")
-    gaps = np.random.default_rng(seed).exponential(1.0 / rate, n)
+    n = integer(n, "n (requests)", minimum=1, maximum=MAX_WORKLOAD_REQUESTS)
+    rate = positive(rate, "rate")  # requests per second
+    if 1.0 / rate == math.inf:  # a denormal rate: its mean gap overflows to infinity
+        raise InputError(f"rate must be a finite number of requests per second > 0 whose mean gap is finite, got {rate!r}")
+    gaps = np.random.default_rng(inputs_seed(seed)).exponential(1.0 / rate, n)
     gaps[0] = 0.0
     return np.cumsum(gaps).tolist()
 
@@ -127,11 +159,17 @@ def make_arrivals(n: int, prompt: Lengths, output: Lengths, rate: float | None =
     prompts sliced from ``text`` (default: the held-out corpus) with lengths from ``prompt``, answers of
     lengths from ``output`` under a cap of ``max_tokens`` (default: the longest answer ``output`` can draw).
     The same seed gives the same requests at every rate, so a sweep compares like with like."""
+    if not isinstance(prompt, Lengths) or not isinstance(output, Lengths):
+        raise InputError(f"prompt and output must be Lengths, got {type(prompt).__name__} and {type(output).__name__}")
+    n, _ = workload_size(n, {"the longest prompt": prompt.longest, "the longest output": output.longest})
+    if max_tokens is not None:
+        workload_size(n, {"max_tokens": max_tokens, "the longest prompt": prompt.longest})
     if (rate is None) == (timestamps is None):
         raise ValueError("give exactly one of rate (a Poisson process) or timestamps (one per request)")
-    if timestamps is not None and len(timestamps) != n:
-        raise ValueError(f"{len(timestamps)} timestamps for {n} requests; accepted: one per request")
-    times = poisson_arrivals(n, rate, seed) if rate is not None else [float(t) for t in timestamps]
+    if timestamps is not None and (not isinstance(timestamps, (list, tuple)) or len(timestamps) != n):
+        raise InputError(f"timestamps must be a list of one arrival time per request ({n}), got {timestamps!r:.80}")
+    times = (poisson_arrivals(n, rate, seed) if rate is not None
+             else [real(t, "timestamps", low=0.0, accepted="finite seconds >= 0") for t in timestamps])
     cap = max_tokens or output.longest
     if output.longest > cap:
         raise ValueError(f"longest answer ({output.longest}) exceeds the cap max_tokens={cap}")
