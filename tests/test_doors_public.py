@@ -202,6 +202,7 @@ CATALOGUE = {
                                             "temperature": 0.8, "seed": 1}),
     "engine.model.GrowingCache": (tm.GrowingCache, {"num_layers": 2}),
     "engine.workload.make_workload": (workload.make_workload, {"n": 8, "seed": 0, "text": TEXT}),
+    "engine.workload.small_workload": (workload.small_workload, {"n": 8, "seed": 0, "max_tokens": 64}),
     "engine.workload.poisson_arrivals": (workload.poisson_arrivals, {"n": 8, "rate": 2.0, "seed": 0}),
     "engine.workload.make_arrivals": (workload.make_arrivals, {"n": 8, "prompt": workload.Lengths("fixed", value=8),
                                                                "output": workload.Lengths("uniform", low=2, high=6),
