@@ -14,6 +14,8 @@ it is, not by what it is called:
   with ``O_NOFOLLOW`` and checked on the open descriptor, so a link swapped in after the check is refused too.
 * **Within the course's sizes.** ``CourseDirectory.max_file_size`` and ``max_dir_size`` (kB), and at most
   :data:`MAX_ENTRIES` files and folders; ``CourseDirectory.ignore`` and ``include`` apply as in nbgrader.
+* **Taken in as ``make grade`` takes it** (``intake.py``): a notebook whose grading metadata was changed is graded on
+  the release's grading cells with the learner's answers, and the collect log says so.
 
 ``ExchangeCollect.check_owner = False`` (nbgrader's own switch, for a hub whose accounts all share one uid, as on
 Zero to JupyterHub's default image) turns the owner rules off; links and special files are refused all the same.
@@ -23,6 +25,7 @@ Every refusal is logged as ``refused <folder>: <why>`` and listed in :attr:`Owne
 from __future__ import annotations
 
 import fnmatch
+import json
 import os
 import pwd
 import shutil
@@ -31,6 +34,7 @@ from collections import defaultdict
 from pathlib import Path
 
 from collect import printable
+from intake import InvalidSubmission, prepare
 from nbgrader.api import Gradebook, MissingEntry
 from nbgrader.exchange.default.collect import ExchangeCollect
 from nbgrader.utils import check_mode
@@ -130,6 +134,28 @@ class OwnerCheckedCollect(ExchangeCollect):
         except Refused as why:
             self._refuse(os.path.basename(src), str(why))
             shutil.rmtree(dest, ignore_errors=True)
+            return
+        self._intake(Path(dest), learner)
+
+    def _intake(self, dest: Path, learner: str) -> None:
+        """Each collected notebook of the release's as ``make grade`` takes it in (``intake.prepare``): changed
+        grading metadata restored onto the release's cells, each note logged. One that is no notebook stays as it
+        is, and nbgrader's autograde reports it."""
+        release = Path(self.coursedir.format_path(self.coursedir.release_directory, ".",
+                                                  self.coursedir.assignment_id))
+        for released in sorted(release.glob("*.ipynb")):
+            notebook = dest / released.name
+            if not notebook.is_file():
+                continue
+            who = f"{printable(learner)} {released.name}"
+            try:
+                nb, notes = prepare(notebook, json.loads(released.read_text()))
+            except InvalidSubmission as why:
+                self.log.error("%s: %s", who, why)
+                continue
+            notebook.write_text(json.dumps(nb, ensure_ascii=False))
+            for note in notes:
+                self.log.warning("%s: %s", who, note)
 
     def _walk(self, folder: Path, learner: str, dest: Path | None) -> None:
         """Check (and, with ``dest``, copy) the submission in ``folder``; see the module docstring."""

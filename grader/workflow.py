@@ -10,9 +10,7 @@ noted; a submission that cannot be graded for a reason not the learner's is retr
 
 from __future__ import annotations
 
-import copy
 import csv
-import difflib
 import hashlib
 import html
 import json
@@ -34,6 +32,7 @@ from collect import (
     student_id,  # noqa: F401  (the id rule, imported from here by tests and tools)
     timestamp_text,
 )
+from intake import INVALID, MAX_SUBMISSION_BYTES, RESTORED, InvalidSubmission, prepare  # noqa: F401 (RESTORED)
 from nbgrader.api import Gradebook, MissingEntry
 from nbgrader.apps import NbGraderAPI
 from nbgrader.plugins.export import CsvExportPlugin
@@ -43,10 +42,6 @@ from sandboxed_execute import GRADER_ERRORS
 from sqlalchemy.exc import SAWarning
 from traitlets.config import Config
 
-MAX_SUBMISSION_BYTES = 50 * 2**20  # a submitted file larger than this is not opened
-MAX_CELLS = 2000  # a notebook with more cells than this is not graded (the exercises have under 100)
-INVALID = "invalid submission"
-RESTORED = "your notebook's grading cells were changed; they were restored"
 ATTEMPTS = 2  # a failure that is not the learner's (kernel start, the machine) is retried once, then reported
 NOT_GRADED = "not graded: retry"
 CLASH = "clash"  # two different files claim one learner: neither is graded until the instructor removes one
@@ -227,26 +222,14 @@ class Course:
         shutil.rmtree(dest, ignore_errors=True)
         for step in ("autograded_directory", "feedback_directory"):
             shutil.rmtree(Path(getattr(self.config.CourseDirectory, step)) / student / assignment, ignore_errors=True)
-        if path.stat().st_size > MAX_SUBMISSION_BYTES:
-            r.status = "invalid"
-            r.reasons = [f"{INVALID}: file is {path.stat().st_size / 2**20:.0f} MiB, over the limit"]
-            return r
-        r.sha256 = _sha256(path)
+        if path.stat().st_size <= MAX_SUBMISSION_BYTES:
+            r.sha256 = _sha256(path)
         try:
-            nb, replaced = _scrub_unicode(_read_notebook(path))
+            nb, notes = prepare(path, json.loads(release_nb.read_text()))
         except InvalidSubmission as err:
-            r.status, r.reasons = "invalid", [f"{INVALID}: {err}"]
+            r.status, r.reasons = "invalid", [str(err)]
             return r
-        except (ValueError, UnicodeDecodeError, RecursionError, MemoryError) as err:
-            r.status, r.reasons = "invalid", [f"{INVALID}: not a valid notebook ({type(err).__name__})"]
-            return r
-        if replaced:
-            r.reasons.append(f"{replaced} invalid Unicode character(s) replaced by U+FFFD")
-        release = json.loads(release_nb.read_text())
-        if _metadata_changed(nb, release):
-            nb = _restore_grading_cells(nb, release)
-            r.reasons.append(RESTORED)
-        r.reasons += _tampering(nb, release)
+        r.reasons += notes
         dest.mkdir(parents=True, exist_ok=True)
         (dest / release_nb.name).write_text(json.dumps(nb, ensure_ascii=False))
         (dest / "timestamp.txt").write_text(timestamp_text(path.stat().st_mtime))  # Formgrader's time
@@ -482,167 +465,6 @@ def _neutralise_csv(path: Path) -> None:
 
 
 # ------------------------------------------------------------------------------------ helpers
-class InvalidSubmission(ValueError):
-    """A submitted file that is not a notebook the grader can run; the message is one line for the summary."""
-
-
-def _read_notebook(path: Path) -> dict:
-    """The notebook in ``path`` as parsed JSON, with its structure checked as far as grading relies on it (nbformat
-    4's: a list of cell objects, each with a known type, text source and object metadata); else InvalidSubmission."""
-    nb = json.loads(path.read_bytes())
-    if not isinstance(nb, dict) or not isinstance(nb.get("cells"), list):
-        raise InvalidSubmission("not a valid notebook (no list of cells)")
-    if nb.get("nbformat") != 4:
-        raise InvalidSubmission(f"not a valid notebook (nbformat {json.dumps(nb.get('nbformat'))[:20]}, expected 4)")
-    if not isinstance(nb.get("metadata", {}), dict):
-        raise InvalidSubmission("not a valid notebook (its metadata is not an object)")
-    if len(nb["cells"]) > MAX_CELLS:
-        raise InvalidSubmission(f"{len(nb['cells'])} cells, over the limit of {MAX_CELLS}")
-    for i, cell in enumerate(nb["cells"], 1):
-        if not isinstance(cell, dict):
-            raise InvalidSubmission(f"not a valid notebook (cell {i} is not an object)")
-        if cell.get("cell_type") not in ("code", "markdown", "raw"):
-            raise InvalidSubmission(f"not a valid notebook (cell {i} has no valid cell_type)")
-        src = cell.get("source", "")
-        if not isinstance(src, str) and not (isinstance(src, list) and all(isinstance(x, str) for x in src)):
-            raise InvalidSubmission(f"not a valid notebook (cell {i}'s source is not text)")
-        if not isinstance(cell.get("metadata", {}), dict) or not isinstance(_nbgrader_meta(cell, raw=True), dict):
-            raise InvalidSubmission(f"not a valid notebook (cell {i}'s metadata is not an object)")
-        outputs = cell.get("outputs", [])
-        if not isinstance(outputs, list) or not all(isinstance(o, dict) for o in outputs):
-            raise InvalidSubmission(f"not a valid notebook (cell {i}'s outputs are not a list of objects)")
-    return nb
-
-
-def _nbgrader_meta(cell: dict, raw: bool = False):
-    """A cell's nbgrader metadata ({} when it has none); ``raw``: as found, even when not an object."""
-    meta = cell.get("metadata") if isinstance(cell, dict) else None
-    found = meta.get("nbgrader", {}) if isinstance(meta, dict) else {}
-    return found if raw else (found if isinstance(found, dict) else {})
-
-
-def _source(cell: dict) -> str:
-    src = cell.get("source", "")
-    return "".join(src) if isinstance(src, list) else str(src)
-
-
-_FLAGS = ("grade", "solution", "locked", "points", "task")
-
-
-def _flags(cell: dict) -> tuple:
-    meta = _nbgrader_meta(cell)
-    return (cell.get("cell_type"), *(meta.get(k) or False for k in _FLAGS))
-
-
-def _metadata_changed(submitted: dict, release: dict) -> bool:
-    """Whether a submission's nbgrader metadata differs from the release's: a grading cell added, duplicated,
-    renamed or with its flags or points changed, or an answer cell's metadata gone. (A deleted or edited test cell
-    is nbgrader's own case: OverwriteCells restores it, and :func:`_tampering` notes it.)"""
-    ours = {m["grade_id"]: _flags(c) for c in release["cells"] if (m := _nbgrader_meta(c)).get("grade_id")}
-    seen: set[str] = set()
-    for cell in submitted["cells"]:
-        meta = _nbgrader_meta(cell)
-        if not meta:
-            continue
-        gid = meta.get("grade_id")
-        if gid not in ours or gid in seen or _flags(cell) != ours[gid]:
-            return True
-        seen.add(gid)
-    answers = {gid for gid, flags in ours.items() if flags[2]}  # flags[2]: solution
-    return bool(answers - seen)
-
-
-def _restore_grading_cells(submitted: dict, release: dict) -> dict:
-    """The submission rebuilt on the release's grading cells: every cell with nbgrader metadata comes from the
-    release (test and locked cells whole, answer cells with the learner's source), found by grade_id where the
-    learner kept it and by position among the cells around it where not; the learner's other cells are kept as
-    plain cells (any nbgrader metadata removed), in place."""
-    ours = release["cells"]
-    ids = {_nbgrader_meta(c).get("grade_id") for c in ours} - {None}
-
-    def keys(cells: list[dict]) -> list[tuple]:
-        used: set[str] = set()
-        out = []
-        for c in cells:
-            gid = _nbgrader_meta(c).get("grade_id")
-            if gid in ids and gid not in used:
-                used.add(gid)
-                out.append(("id", gid))
-            else:
-                out.append(("src", c.get("cell_type"), _source(c)))
-        return out
-
-    theirs = submitted["cells"]
-    cells: list[dict] = []
-    extra = 0
-
-    def plain(cell: dict) -> dict:
-        nonlocal extra
-        extra += 1
-        cell = copy.deepcopy(cell)
-        cell.get("metadata", {}).pop("nbgrader", None)
-        if "id" in cell:
-            cell["id"] = f"learner-{extra}"  # never the id of a restored cell
-        return cell
-
-    def restored(rel: dict, sub: dict | None) -> dict:
-        cell = copy.deepcopy(rel)
-        meta = _nbgrader_meta(rel)
-        if sub is not None and sub.get("cell_type") == rel["cell_type"]:
-            if meta.get("solution"):
-                cell["source"] = sub.get("source", "")  # the learner's answer, on the release's metadata
-            elif not meta:
-                return plain(sub)  # an ordinary cell the learner may edit
-        if cell["cell_type"] == "code":
-            cell["outputs"], cell["execution_count"] = [], None
-        return cell
-
-    matcher = difflib.SequenceMatcher(None, keys(ours), keys(theirs), autojunk=False)
-    for tag, i1, i2, j1, j2 in matcher.get_opcodes():
-        rel_block, sub_block = ours[i1:i2], theirs[j1:j2]
-        if tag == "equal" or (tag == "replace" and len(rel_block) == len(sub_block)):
-            cells += [restored(r, s) for r, s in zip(rel_block, sub_block, strict=True)]
-            continue
-        # unequal blocks: each answer cell takes the learner's next cell of its type; cells left over are kept
-        taken: set[int] = set()
-        for rel in rel_block:
-            sub = None
-            if _nbgrader_meta(rel).get("solution"):
-                sub = next((s for k, s in enumerate(sub_block) if k not in taken
-                            and s.get("cell_type") == rel["cell_type"]), None)
-                taken |= {k for k, s in enumerate(sub_block) if s is sub}
-            cells.append(restored(rel, sub))
-        restored_sources = {_source(r) for r in rel_block}
-        cells += [plain(s) for k, s in enumerate(sub_block)
-                  if k not in taken and _source(s) not in restored_sources]
-    out = {k: copy.deepcopy(v) for k, v in submitted.items() if k != "cells"}
-    out["cells"] = cells
-    out["nbformat"], out["nbformat_minor"] = release["nbformat"], release["nbformat_minor"]
-    return out
-
-
-def _grade_cells(nb: dict) -> dict[str, str]:
-    cells = {}
-    for cell in nb.get("cells", []):
-        meta = _nbgrader_meta(cell)
-        if meta.get("grade_id") and (meta.get("locked") or meta.get("grade")) and not meta.get("solution"):
-            src = cell.get("source", "")
-            cells[meta["grade_id"]] = "".join(src) if isinstance(src, list) else str(src)
-    return cells
-
-
-def _tampering(submitted: dict, release: dict) -> list[str]:
-    """Notes on test (locked) cells that were deleted or edited; autograde restores them from the gradebook."""
-    mine, theirs = _grade_cells(release), _grade_cells(submitted)
-    notes = []
-    for gid, src in mine.items():
-        if gid not in theirs:
-            notes.append(f"test cell {gid} was deleted (restored for grading)")
-        elif theirs[gid].strip() != src.strip():
-            notes.append(f"test cell {gid} was edited (restored for grading)")
-    return notes
-
-
 def _autograde_one(config: Config, assignment: str, student: str) -> tuple[bool, str, float]:
     """nbgrader's autograde of one submission (run in a worker process when grading in parallel)."""
     warnings.filterwarnings("ignore", category=SAWarning)
@@ -656,26 +478,6 @@ def _autograde_one(config: Config, assignment: str, student: str) -> tuple[bool,
 
 def _sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
-
-
-def _scrub_unicode(value, count: list[int] | None = None):
-    """``value`` (parsed JSON) with lone surrogates, which no kernel message or file can carry, replaced by U+FFFD;
-    returns (clean value, number replaced)."""
-    top = count is None
-    count = [0] if top else count
-    if isinstance(value, str):
-        clean = value.encode("utf-8", "surrogatepass").decode("utf-8", "replace") if any(
-            "\ud800" <= ch <= "\udfff" for ch in value) else value
-        if clean != value:
-            count[0] += sum("\ud800" <= ch <= "\udfff" for ch in value)
-        out = clean
-    elif isinstance(value, list):
-        out = [_scrub_unicode(v, count) for v in value]
-    elif isinstance(value, dict):
-        out = {k: _scrub_unicode(v, count) for k, v in value.items()}
-    else:
-        out = value
-    return (out, count[0]) if top else out
 
 
 # what sandboxed_execute.cpu_timeout_text says after the cell's label (the label itself may hold spaces: "cell 32")

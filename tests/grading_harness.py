@@ -16,13 +16,14 @@ sys.path.insert(0, str(REPO / "grader"))
 
 import collect  # noqa: E402  (grader/collect.py: whose file is which)
 import grade  # noqa: E402  (grader/grade.py: what `make grade` runs)
+import intake  # noqa: E402  (grader/intake.py: what a submitted notebook must be)
 import workflow  # noqa: E402
 from workflow import Course, Result  # noqa: E402
 
 FIXTURES = REPO / "tests" / "submissions"
 JOBS = 2  # submissions graded at once: CI has two cores
 
-__all__ = ["REPO", "Course", "collect", "grade", "workflow", "Result", "check_feedback_has", "check_release_is_fresh", "check_result", "copy_fixtures", "grade_classes",
+__all__ = ["REPO", "Course", "collect", "grade", "intake", "workflow", "Result", "check_feedback_has", "check_release_is_fresh", "check_result", "copy_fixtures", "grade_classes",
            "release_setup_source"]
 
 

@@ -8,7 +8,7 @@ import copy
 import json
 
 import pytest
-from grading_harness import REPO, workflow
+from grading_harness import REPO, intake, workflow
 
 RELEASE = json.loads((REPO / "exercises" / "ex01" / "ex01.ipynb").read_text())
 HEADS = json.loads((REPO / "tests" / "submissions" / "ex01" / "heads_ex01.ipynb").read_text())
@@ -55,31 +55,31 @@ TAMPER = {
 
 def _grading_cells(nb: dict) -> list[tuple]:
     return [(c["cell_type"], json.dumps(c["metadata"]["nbgrader"], sort_keys=True),
-             workflow._source(c) if not c["metadata"]["nbgrader"].get("solution") else None)
+             intake._source(c) if not c["metadata"]["nbgrader"].get("solution") else None)
             for c in nb["cells"] if c["metadata"].get("nbgrader")]
 
 
 def _answers(nb: dict) -> dict[str, str]:
-    return {c["metadata"]["nbgrader"]["grade_id"]: workflow._source(c) for c in nb["cells"]
+    return {c["metadata"]["nbgrader"]["grade_id"]: intake._source(c) for c in nb["cells"]
             if c["metadata"].get("nbgrader", {}).get("solution")}
 
 
 def test_an_honest_notebook_is_left_alone():
-    assert not workflow._metadata_changed(HEADS, RELEASE)
+    assert not intake.metadata_changed(HEADS, RELEASE)
 
 
 @pytest.mark.parametrize("kind", sorted(TAMPER))
 def test_tampered_metadata_is_rebuilt_on_the_release_cells(kind):
     nb = copy.deepcopy(HEADS)
     TAMPER[kind](nb)
-    assert workflow._metadata_changed(nb, RELEASE)
-    restored = workflow._restore_grading_cells(nb, RELEASE)
+    assert intake.metadata_changed(nb, RELEASE)
+    restored = intake.restore_grading_cells(nb, RELEASE)
     # every grading cell is the release's (metadata, and source for tests), in the release's order
     assert _grading_cells(restored) == _grading_cells(RELEASE)
     # and every answer is the learner's own (the duplicate's forged answer is kept only as a plain cell)
     assert _answers(restored) == _answers(HEADS)
-    assert not workflow._metadata_changed(restored, RELEASE)
-    assert workflow._tampering(restored, RELEASE) == []
+    assert not intake.metadata_changed(restored, RELEASE)
+    assert intake.tampering(restored, RELEASE) == []
     ids = [c.get("id") for c in restored["cells"] if "id" in c]
     assert len(ids) == len(set(ids))
 
@@ -103,8 +103,8 @@ def _write(tmp_path, value, raw: str | None = None):
     ([1, 2], "no list of cells"),
 ])
 def test_a_file_that_is_not_a_notebook_is_one_line(tmp_path, value, words):
-    with pytest.raises(workflow.InvalidSubmission, match=words) as err:
-        workflow._read_notebook(_write(tmp_path, value))
+    with pytest.raises(intake.InvalidSubmission, match=words) as err:
+        intake.read_notebook(_write(tmp_path, value))
     assert "\n" not in str(err.value)
 
 
