@@ -315,10 +315,24 @@ def mode_of(dep: Deployment) -> str:
 # The modes, in the order a reader meets them: the simple estimate (chapters 1-8, the CLI's default), the full
 # estimate (chapter 9), and the floor (the physics at peak, no efficiency factor: a lower bound).
 MODES = ("simple", "estimate", "floor")
+MODE_NAMES = {"simple": "simple estimate", "estimate": "estimate", "floor": "floor"}
+# What each mode prices, in the words the book pastes wherever it defines a mode (the glossary, chapters 9 and 10,
+# the appendix: tests/test_mode_meanings.py checks each pastes these), so that no page can define one differently.
 MODE_MEANINGS = {
-    "simple": "the simple estimate: the course's formulas at a fixed MFU, attention's KV reads added",
-    "estimate": "the estimate: the simple estimate plus the terms of stage5.cost.Estimate",
-    "floor": "the floor: the physics at the datasheet's peak (MFU 1, full bandwidth); no server runs faster",
+    "simple": (f"The course's formulas with one efficiency factor, an assumed MFU ({DEFAULT_MFU:.0%} unless stated), "
+               "at the datasheet's bandwidth. A decode step takes KV bytes / bandwidth + max(weight bytes / "
+               "bandwidth, FLOPs / (peak FLOP/s × MFU)): attention is a kernel of its own, so its KV reads add to the "
+               "weight matmuls. Every weight is read, the whole embedding table included; prefill's attention FLOPs "
+               "are left out; batching is perfect and tensor parallelism free. An estimate, not a bound."),
+    "estimate": ("The simple estimate with the costs a real server pays, each a term that can be switched off alone: "
+                 "an achieved share of the datasheet's bandwidth and an MFU per phase, both measured elsewhere; the "
+                 "tensor-parallel all-reduces, over every network card of a server past one; prefill's causal "
+                 "attention FLOPs; other requests' prefill chunks riding in each decode step; and only the embedding "
+                 "rows a step's tokens look up read. Attention's KV reads add, as in the simple estimate."),
+    "floor": ("The physics at the datasheet's peak, with no efficiency factor: a step takes the larger of its bytes "
+              "over the datasheet's bandwidth (the weights, only the embedding rows its tokens look up, and the KV "
+              "cache) and its FLOPs over peak FLOP/s (prefill's causal attention included), every kernel overlapped "
+              "and communication between GPUs free. No server runs faster."),
 }
 
 

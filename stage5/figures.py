@@ -129,6 +129,37 @@ def _chunked_step_s(dep: cost.Deployment, batch: int, context: int, chunk: int) 
     return mixed_step_s(dep, batch, context, chunk)
 
 
+def chunk_hidden_share(dep: cost.Deployment, batch: int, context: int, chunk: int) -> float:
+    """Share of a ``chunk``-token prefill chunk's arithmetic that hides inside a decode step of ``batch`` sequences.
+
+    The step's weight read leaves the arithmetic units idle for (weight reads - decode arithmetic); a chunk riding
+    in the step (:func:`stage5.cost.mixed_step`) fills that idle time first, and only the rest of its arithmetic
+    lengthens the step. 1 when the whole chunk fits."""
+    dec = cost.decode_step(dep, batch, context)
+    work = float(cost.mixed_step(dep, batch, context, chunk).compute_s - dec.compute_s)
+    idle = max(0.0, float(dec.memory_s - dec.compute_s))
+    return 1.0 if work <= 0 else min(1.0, idle / work)
+
+
+def free_chunk_tokens(dep: cost.Deployment, batch: int, context: int, limit: int = 2**20) -> int:
+    """The largest chunk (tokens) whose arithmetic hides entirely inside the decode step's weight read: the mixed
+    step stays memory-bound, so the chunk costs only the writing of its keys and values. The step's arithmetic
+    grows with the chunk, so the first compute-bound chunk is found by bisection (0 when the decode step alone is
+    compute-bound; ``limit`` when even that many tokens fit)."""
+    def fits(c: int) -> bool:
+        return not bool(cost.mixed_step(dep, batch, context, c).compute_bound)
+
+    if not fits(0):
+        return 0
+    if fits(limit):
+        return limit
+    lo, hi = 0, limit  # fits(lo), not fits(hi)
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (mid, hi) if fits(mid) else (lo, mid)
+    return lo
+
+
 _fig("ttft_ms_4xH100_p4096", "ms", "prefill of one 4,096-token prompt on 4xH100 at the default MFU (TTFT, no queue)")(
     lambda: 1e3 * float(cost.ttft_s(_four(), PROMPT)))
 _fig("prefill_intensity_p4096", "FLOP/byte", "prefill intensity of one 4,096-token prompt (weights + KV writes)")(
@@ -142,6 +173,10 @@ _fig("chunked_step_ms_b64_s4096_c256", "ms", "decode step of batch 64 carrying a
     lambda: 1e3 * _chunked_step_s(_four(), DECODE_BATCH, PROMPT, CHUNK))
 _fig("chunked_ttft_ms_p4096_c256", "ms", "TTFT of the 4,096-token prompt prefilled in 256-token chunks beside batch 64")(
     lambda: 1e3 * (PROMPT // CHUNK) * _chunked_step_s(_four(), DECODE_BATCH, PROMPT, CHUNK))
+_fig("chunk_hidden_pct_b64_s4096_c256", "%", "share of a 256-token chunk's arithmetic that hides in the decode step "
+     "of batch 64 x 4,096 tokens, 4xH100")(lambda: 100 * chunk_hidden_share(_four(), DECODE_BATCH, PROMPT, CHUNK))
+_fig("free_chunk_b64_s4096", "tokens", "largest prefill chunk whose arithmetic hides entirely in that decode step")(
+    lambda: float(free_chunk_tokens(_four(), DECODE_BATCH, PROMPT)))
 _fig("decode_floor_ms_1xH100_double_flops", "ms", "batch-1 decode floor on a hypothetical H100 with twice the FLOP/s")(
     lambda: 1e3 * cost.decode_floor_s(_double_flops()))
 _fig("prefill_speedup_double_flops", "x", "prefill (4,096 tokens, one GPU) speedup from doubling FLOP/s")(
@@ -208,7 +243,7 @@ _fig("additive_batching_gain_add", "x", "batching lever with the additive attent
 # Batching and PagedAttention, on the anchor deployment. The toy engine's measurements are not here: the
 # chapters run the engine during the build and glue what it measured.
 BATCH_CONTEXT, BATCH_DEMO, STRAGGLER_BATCH = 1024, 64, 32  # chapter 4's context, example batch, straggler batch
-PAGED_PROMPT, PAGED_OUTPUT, PAGED_BLOCK = 1024, 256, 16  # chapter 5's request shape and block size
+PAGED_PROMPT, PAGED_OUTPUT, PAGED_BLOCK = 1024, 512, 16  # chapter 5's request shape and block size
 
 
 def _batch_step_s(batch: int) -> float:
@@ -233,13 +268,13 @@ _fig("straggler_utilisation_pct", "%", "slot utilisation of a batch of 32 with o
 _fig("contiguous_seqs_4xH100_cap8192", "sequences",
      "sequences on 4xH100 when each reserves Llama 3 70B's full 8,192-token context contiguously")(
     lambda: int(cost.max_concurrency(_four(), get_model("llama3-70b").max_position_embeddings)))
-_fig("paged_seqs_4xH100_s1280", "sequences", "1,280-token sequences on 4xH100 when each holds only what it uses")(
+_fig("paged_seqs_4xH100_s1536", "sequences", "1,536-token sequences on 4xH100 when each holds only what it uses")(
     lambda: int(cost.max_concurrency(_four(), PAGED_PROMPT + PAGED_OUTPUT)))
-_fig("paged_concurrency_gain_s1280_cap8192", "x", "paged over contiguous-at-the-cap concurrency, 1,280-token sequences")(
+_fig("paged_concurrency_gain_s1536_cap8192", "x", "paged over contiguous-at-the-cap concurrency, 1,536-token sequences")(
     lambda: int(cost.max_concurrency(_four(), PAGED_PROMPT + PAGED_OUTPUT))
     / int(cost.max_concurrency(_four(), get_model("llama3-70b").max_position_embeddings)))
-_fig("paged_last_block_waste_pct_b16_s1280", "%",
-     "worst-case paged waste: an empty last block's 15 slots over a 1,280-token sequence, 16-token blocks")(
+_fig("paged_last_block_waste_pct_b16_s1536", "%",
+     "worst-case paged waste: an empty last block's 15 slots over a 1,536-token sequence, 16-token blocks")(
     lambda: 100 * (PAGED_BLOCK - 1) / (PAGED_PROMPT + PAGED_OUTPUT))
 
 

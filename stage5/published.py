@@ -47,6 +47,14 @@ SOURCE_BATCHING_GAIN = (5.0, 10.0)
 # Routing: depends entirely on the traffic mix (the source's example has 80% of requests easy).
 SOURCE_ROUTING_GAIN = (3.0, 5.0)
 
+# Li and Liu (DeepSeek), "A Deep-Dive Into the New Flash MLA Kernel" (FlashMLA's docs/20250422-new-kernel-deep-dive.md,
+# cite key flashmla2025): absorbed MLA decoding does about 2 h_q s_q FLOPs per byte of cached latent in BF16, so on
+# an H800 SXM5 (3.35 TB/s, ~865 TFLOP/s once throttled) the kernel is compute-bound once query heads x query tokens
+# per request reaches 128; DeepSeek-V3's decode runs without tensor parallelism, so every GPU has all 128 query
+# heads (num_attention_heads in DeepSeek-V2's and V3's config.json) and the kernel is compute-bound.
+FLASHMLA_COMPUTE_BOUND_HEADS_X_TOKENS = 128
+DEEPSEEK_V3_QUERY_HEADS = 128
+
 # karpathy/nanochat README (cite key karpathy2025nanochat): the GPU count of the node whose rental price is
 # the course's default $ per GPU-hour (stage5.cost.DEFAULT_PRICE_PER_GPU_HOUR).
 NANOCHAT_NODE_GPUS = 8
@@ -69,6 +77,10 @@ RANGES = {
 }
 SINGLE = {
     "nanochat_node_gpus": (NANOCHAT_NODE_GPUS, "GPUs", "GPUs in the node whose price nanochat states"),
+    "flashmla_compute_bound_heads_x_tokens": (FLASHMLA_COMPUTE_BOUND_HEADS_X_TOKENS, "heads x tokens",
+                                              "query heads x query tokens past which MLA decode is compute-bound "
+                                              "on an H800 (DeepSeek, FlashMLA)"),
+    "deepseek_v3_query_heads": (DEEPSEEK_V3_QUERY_HEADS, "heads", "query heads of DeepSeek-V2 and V3 (config.json)"),
     "magicdec_speedup_llama31_8b": (MAGICDEC_SPEEDUP_LLAMA31_8B, "x",
                                     "MagicDec's best speedup for Llama 3.1 8B at batch 32-256 (Sadhukhan et al.)"),
     "draft_verify_speedup": (DRAFT_VERIFY_SPEEDUP, "x", "self-speculative decoding by layer skipping (Zhang et al.)"),

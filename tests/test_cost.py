@@ -247,6 +247,26 @@ def test_figures_are_all_finite_and_named():
         assert np.isfinite(f.value) and f.unit and f.description
 
 
+def test_a_prefill_chunk_hides_only_in_the_arithmetic_the_weight_read_leaves_idle():
+    """chunk_hidden_share is the idle time under the weight read (weights - decode arithmetic) over the chunk's
+    arithmetic, recomputed here from the datasheet; free_chunk_tokens is the largest chunk whose mixed step stays
+    memory-bound, so one token more tips it; a decode step already compute-bound hides nothing."""
+    from stage5.figures import chunk_hidden_share, free_chunk_tokens
+
+    dep = cost.Deployment.of("llama3-70b", "H100-SXM", 4)
+    dec = cost.decode_step(dep, 64, 4096)
+    per_token = 2 * dep.model.active_params / dep.flops  # one prompt token's arithmetic, the simple estimate
+    idle = float(dec.memory_s - dec.compute_s)
+    assert chunk_hidden_share(dep, 64, 4096, 256) == pytest.approx(idle / (256 * per_token))
+    free = free_chunk_tokens(dep, 64, 4096)
+    assert not cost.mixed_step(dep, 64, 4096, free).compute_bound
+    assert cost.mixed_step(dep, 64, 4096, free + 1).compute_bound
+    assert chunk_hidden_share(dep, 64, 4096, free) == 1.0 and abs(free - idle / per_token) < 1
+    full = int(cost.max_concurrency(dep, 1024))
+    assert cost.decode_step(dep, full, 1024).compute_bound
+    assert free_chunk_tokens(dep, full, 1024) == 0 and chunk_hidden_share(dep, full, 1024, 256) == 0.0
+
+
 def test_sliding_window_caps_the_cache_and_the_kv_reads():
     """Mistral-7B v0.1 attends over a 4,096-token window on every layer: past it the cache stops growing, so at
     32K tokens the cost model must hold 8x the naive count of sequences and read 8x fewer KV bytes per step."""

@@ -12,9 +12,16 @@ Read from the stored notebooks (no execution, so it is cheap). The rule, per pro
   ``stage5.plots`` helper that writes numbers into its figure.
 
 An expression *carries* answer ``A`` when it is a variable, attribute or item (``static.steps``,
-``sweep[b]``) inside the value glued as ``A``. ALL_CAPS names are the chapters' stated inputs (a prompt
-length, a batch) and never count as carriers. What this cannot see: the same number recomputed by a
-different expression (a table that calls the cost model again). Reviewers still read for that.
+``sweep[b]``) inside the value glued as ``A``, taken whole (``static.steps``, not ``static``). An item with a
+computed index is any item (``runs[n]`` reads as ``runs[*]``), and a loop variable reads as an item of what it
+loops over (``run`` in ``for name, run in runs.items()`` is ``runs[*]``), so a chart that draws
+``runs[n].peak_running`` for every engine carries an answer glued from ``run.peak_running``. A call that draws
+data (``bar``, ``plot``, ``scatter``...) shows whatever its arguments carry, not only the text it writes.
+ALL_CAPS names are the chapters' stated inputs (a prompt length, a batch) and never count as carriers.
+
+That reads one chapter's code. The same number can also reach the reader through another expression, or from an
+earlier chapter: the executed book is checked for that below (``test_no_answer_is_shown_earlier_in_the_book``),
+by value.
 """
 
 from __future__ import annotations
@@ -22,6 +29,7 @@ from __future__ import annotations
 import ast
 import inspect
 import json
+import math
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,6 +46,10 @@ BOLD = re.compile(r"\*\*(.+?)\*\*", re.S)
 # Calls whose string arguments reach the page as text.
 TEXT_CALLS = {"set_title", "suptitle", "title", "text", "annotate", "set_xlabel", "set_ylabel", "legend",
               "print", "display", "Markdown", "HTML", "barh", "bar", "plot", "loglog", "semilogx", "semilogy"}
+# Calls that draw their arguments' values: whatever those carry is on the page, as a bar, a point or a line.
+DRAW_CALLS = {"plot", "bar", "barh", "scatter", "loglog", "semilogx", "semilogy", "step", "stairs", "fill_between",
+              "fill_betweenx", "errorbar", "hist", "imshow", "pie", "stackplot", "axhline", "axvline", "hlines",
+              "vlines", "annotate", "text"}
 HIDDEN = {"remove-cell", "remove-output"}
 
 
@@ -89,18 +101,81 @@ def _id_pattern(node: ast.expr) -> re.Pattern | None:
     return None
 
 
-def _carried(expr: ast.AST) -> set[str]:
-    """Variables, attributes and items inside an expression, as source text, minus called functions and
-    ALL_CAPS inputs."""
+def _loop_aliases(tree: ast.AST) -> dict[str, str]:
+    """What each loop variable of a cell stands for: an item of what it loops over (``run`` in ``for name, run in
+    runs.items()`` is ``runs[*]``; ``x`` in ``for x, y in zip(xs, ys)`` is ``xs[*]``)."""
+    def source(it: ast.expr) -> list[ast.expr | None]:
+        """The iterables behind each element of an iteration's target (None where unknown)."""
+        if isinstance(it, ast.Call):
+            name = ast.unparse(it.func).split(".")[-1]
+            if name == "items" and isinstance(it.func, ast.Attribute):
+                return [None, it.func.value]
+            if name == "values" and isinstance(it.func, ast.Attribute):
+                return [it.func.value]
+            if name == "zip":
+                return list(it.args)
+            if name == "enumerate" and it.args:
+                return [None, it.args[0]]
+            if name in ("list", "sorted", "reversed", "tuple") and it.args:
+                return source(it.args[0])
+            return [None]
+        if isinstance(it, ast.Subscript) and isinstance(it.slice, ast.Slice):  # xs[::-1]
+            return source(it.value)
+        return [it]
+
+    aliases = {}
+    loops = [(n.target, n.iter) for n in ast.walk(tree) if isinstance(n, (ast.For, ast.comprehension))]
+    for target, it in loops:
+        names = target.elts if isinstance(target, ast.Tuple) else [target]
+        srcs = source(it)
+        if len(names) != len(srcs):
+            srcs = [it] if len(names) == 1 else [None] * len(names)
+        for name, src in zip(names, srcs, strict=True):
+            if isinstance(name, ast.Name) and src is not None:
+                aliases[name.id] = _normalised(src, {}) + "[*]"
+    return aliases
+
+
+def _normalised(node: ast.expr, aliases: dict[str, str]) -> str:
+    """An expression's text with loop variables resolved and computed indices read as any item."""
+    if isinstance(node, ast.Name):
+        return aliases.get(node.id, node.id)
+    if isinstance(node, ast.Attribute):
+        return f"{_normalised(node.value, aliases)}.{node.attr}"
+    if isinstance(node, ast.Subscript):
+        index = ast.unparse(node.slice) if isinstance(node.slice, ast.Constant) else "*"
+        return f"{_normalised(node.value, aliases)}[{index}]"
+    return ast.unparse(node)
+
+
+# Calls whose value is their argument's, converted or gathered: what the argument carries, they carry. Any other call
+# computes a new value from its arguments: a glued answer carries its sources, but a figure that passes the same
+# deployment to another cost-model function draws a different number.
+PASS_THROUGH = {"float", "int", "round", "abs", "list", "tuple", "sorted", "reversed", "min", "max", "sum", "len",
+                "np.asarray", "np.array", "np.round", "np.mean", "np.median", "statistics.mean", "statistics.median"}
+
+
+def _carried(expr: ast.AST, aliases: dict[str, str] | None = None, sources: bool = True) -> set[str]:
+    """Variables, attributes and items inside an expression, each taken whole (``a.b.c``, not ``a.b``), as
+    normalised text (:func:`_normalised`), minus called functions and ALL_CAPS inputs. ``sources=False`` also
+    leaves out the arguments of calls that compute a new value (not in :data:`PASS_THROUGH`): what a figure shows
+    is its data, not the inputs the data was computed from."""
+    aliases = aliases or {}
     funcs = {ast.unparse(n.func) for n in ast.walk(expr) if isinstance(n, ast.Call)}
+    computed = set() if sources else {
+        id(c) for n in ast.walk(expr) if isinstance(n, ast.Call) and ast.unparse(n.func) not in PASS_THROUGH
+        for a in [*n.args, *(k.value for k in n.keywords)] for c in ast.walk(a)}
+    found = [n for n in ast.walk(expr) if isinstance(n, (ast.Name, ast.Attribute, ast.Subscript))
+             and not isinstance(n.ctx, ast.Store) and id(n) not in computed]
+    inner = {id(c) for n in found for c in ast.walk(n) if c is not n
+             and not (isinstance(n, ast.Subscript) and any(c is x for x in ast.walk(n.slice)))}
     out = set()
-    for n in ast.walk(expr):
-        if isinstance(n, (ast.Name, ast.Attribute, ast.Subscript)) and not isinstance(n.ctx, ast.Store):
-            text = ast.unparse(n)
-            root = text.split(".")[0].split("[")[0]
-            if text in funcs or root.isupper() or any(f.startswith(text + ".") for f in funcs):
-                continue
-            out.add(text)
+    for n in found:
+        text = ast.unparse(n)
+        root = text.split(".")[0].split("[")[0]
+        if id(n) in inner or text in funcs or root.isupper() or any(f.startswith(text + ".") for f in funcs):
+            continue
+        out.add(_normalised(n, aliases))
     return out
 
 
@@ -113,10 +188,12 @@ def _carriers(cells: list[dict], answer: str) -> set[str]:
     for cell in cells:
         if cell["cell_type"] != "code":
             continue
-        for call in _glues(ast.parse(_source(cell))):
+        tree = ast.parse(_source(cell))
+        aliases = _loop_aliases(tree)
+        for call in _glues(tree):
             pattern = _id_pattern(call.args[0]) if call.args else None
             if pattern and pattern.fullmatch(answer) and len(call.args) > 1:
-                carriers |= _carried(call.args[1])
+                carriers |= _carried(call.args[1], aliases)
     return carriers
 
 
@@ -143,6 +220,7 @@ def _leaks_in_code(source: str, answers: set[str], carriers: dict[str, set[str]]
     tree.body = [s for s in tree.body if not isinstance(s, (ast.FunctionDef, ast.Try))
                  or not any(isinstance(n, ast.FunctionDef) and n.name == "glue" for n in ast.walk(s))]
     found = []
+    aliases = _loop_aliases(tree)
     for call in _glues(tree):
         shown = not any(k.arg == "display" and isinstance(k.value, ast.Constant) and k.value.value is False
                         for k in call.keywords)
@@ -153,17 +231,18 @@ def _leaks_in_code(source: str, answers: set[str], carriers: dict[str, set[str]]
         func = ast.unparse(call.func)
         short = func.split(".")[-1]
         args = [*call.args, *(k.value for k in call.keywords)]
-        if short in writers:  # a stage5.plots helper that titles its figure from its inputs
-            used = set().union(*(_carried(a) for a in args)) if args else set()
-        elif short in TEXT_CALLS:
+        used = set()
+        if short in writers or short in DRAW_CALLS:  # draws its inputs, or titles its figure from them
+            used = set().union(*(_carried(a, aliases, sources=False) for a in args)) if args else set()
+        if short in TEXT_CALLS:
             texts = [n for a in args for n in ast.walk(a) if isinstance(n, ast.JoinedStr)]
             texts += [n for a in args for n in ast.walk(a)
                       if isinstance(n, ast.Call) and ast.unparse(n.func).endswith(".format")]
-            used = set().union(*(_carried(t) for t in texts)) if texts else set()
+            used |= set().union(*(_carried(t, aliases, sources=False) for t in texts)) if texts else set()
             named = {a for t in args for n in ast.walk(t) if isinstance(n, ast.Constant)
                      for a in answers if n.value == a}
             found += [f"{func}(...) names the answer {a!r}" for a in named]
-        else:
+        elif short not in writers and short not in DRAW_CALLS:
             continue
         for a in answers:
             hit = used & carriers[a]
@@ -372,3 +451,166 @@ def test_each_measurement_is_run_by_one_chapter_at_most(entry):
                                                        == entry for n in ast.walk(ast.parse(_source(c))))
                       for c in _cells(name))]
     assert len(callers) <= 1, f"{entry} is run by {callers}: measure once, and refer back from later chapters"
+
+
+# ------------------------------------------------------------------ earlier in the book, by value
+#
+# A reader meets the book in its table of contents' order. An answer is given away just as surely by an earlier
+# chapter that shows the same number under another name (chapter 2's worked example at "125 sequences" answers
+# chapter 3's "how many fit"), or by a table an earlier cell printed, as by the prose right above the prompt. The
+# executed book holds every glued value (``<chapter>.glue.json`` beside each executed notebook), so the check is by
+# value: an answer may not equal a number displayed anywhere before its prompt. Two kinds of equality are not a
+# giveaway, and are let through: a small whole number (under 10: a count of GPUs, heads or steps meets its twin by
+# chance), and a number the prompt itself states (an answer the reader is meant to see equals a given, as "the
+# batch that reaches the ridge" equals the ridge). Tables are read as printed text, so there the rule compares the
+# answer as the reveal prints it, and only where that is distinctive (three significant digits, and at least 10).
+TOC = ROOT / "_toc.yml"
+GLUE_ROLE = re.compile(r"\{glue(?::\w+)?\}`([^`]+)`")
+NUMBER = re.compile(r"(?<![\w.])\d[\d,]*(?:\.\d+)?")
+SMALL_COUNT = 10
+
+
+def _book_order() -> list[str]:
+    """Every page of the book, by name (``01_two_phases``), in the order a reader meets them."""
+    import yaml
+
+    toc = yaml.safe_load(TOC.read_text())
+    files = [toc["root"], *(c["file"] for part in toc.get("parts", []) for c in part.get("chapters", []))]
+    return [Path(f).name for f in files]
+
+
+def _refs(text: str, doc: str) -> list[tuple[str, str, str]]:
+    """(page the value comes from, glue id, format spec) of every glued value a piece of prose pastes."""
+    out = []
+    for body in GLUE_ROLE.findall(text):
+        src = doc
+        if "::" in body:
+            src, body = body.split("::", 1)
+            src = Path(src).stem
+        gid, _, spec = body.partition(":")
+        out.append((src, gid, spec))
+    return out
+
+
+def _glued_values(executed: Path, doc: str) -> dict[str, float]:
+    """The numeric values a page glued, from the executed book's ``<page>.glue.json``."""
+    path = executed / f"{doc}.glue.json"
+    values = {}
+    for gid, out in (json.loads(path.read_text()).items() if path.exists() else ()):
+        try:
+            values[gid] = float(out.get("data", {}).get("text/plain"))
+        except (TypeError, ValueError):
+            pass  # a glued sentence or figure, not a number
+    return values
+
+
+def _printed_text(cell: dict) -> str:
+    """The text an executed code cell puts on the page (printed lines, tables), hidden cells and quiet glue aside."""
+    if cell["cell_type"] != "code" or HIDDEN & set(cell.get("metadata", {}).get("tags", [])):
+        return ""
+    parts = []
+    for out in cell.get("outputs", []):
+        if out.get("output_type") == "stream":
+            parts.append(out.get("text", "") if isinstance(out.get("text"), str) else "".join(out.get("text", [])))
+        for mime, data in out.get("data", {}).items():
+            if mime.startswith(("text/markdown", "text/html", "text/plain")):
+                parts.append(data if isinstance(data, str) else "".join(data))
+    return "\n".join(parts)
+
+
+def _shown(v: float, spec: str) -> str:
+    try:
+        return format(v, spec).replace(",", "")
+    except (TypeError, ValueError):
+        return format(v, "").replace(",", "")
+
+
+def _distinctive(shown: str, v: float) -> bool:
+    digits = shown.replace(".", "").replace("-", "").lstrip("0")
+    return abs(v) >= SMALL_COUNT and len(digits) >= 3
+
+
+def _earlier_problems(pages: dict[str, list[dict]], values: dict[str, dict[str, float]], order: list[str],
+                      name: str) -> list[str]:
+    """Every answer of page ``name`` that a page before it, or an earlier part of the same page, already shows."""
+    cells = pages[name]
+    problems = []
+    for prompt in _prompts(cells):
+        head = f"{name}, prompt in cell {prompt.cell} ({prompt.text.splitlines()[-1][:60]!r})"
+        givens = [values.get(src, {}).get(gid) for src, gid, _ in _refs(prompt.text, name)]
+        givens = [g for g in givens if g is not None]
+        specs = {gid: spec for src, gid, spec in _refs(prompt.reveal, name) if src == name}
+        earlier = []  # (where, prose or printed text)
+        for doc in order[:order.index(name) + 1]:
+            for i, cell in enumerate(pages.get(doc, [])):
+                if doc == name and i > prompt.cell:
+                    break
+                text = _source(cell)
+                if cell["cell_type"] == "markdown":
+                    earlier.append((f"{doc}, cell {i}", "prose", text[:prompt.offset] if (doc, i) == (name, prompt.cell)
+                                    else text, doc))
+                elif (doc, i) != (name, prompt.cell):
+                    earlier.append((f"{doc}, cell {i}", "printed", _printed_text(cell), doc))
+        for answer in sorted(_answers(prompt)):
+            v = values.get(name, {}).get(answer)
+            if v is None or (v == round(v) and abs(v) < SMALL_COUNT) or any(
+                    math.isclose(v, g, rel_tol=1e-9) for g in givens):
+                continue
+            shown = _shown(v, specs.get(answer, ""))
+            for where, kind, text, doc in earlier:
+                if kind == "prose":
+                    same = sorted({f"{src}::{gid}" for src, gid, _ in _refs(text, doc)
+                                   if (w := values.get(src, {}).get(gid)) is not None and math.isclose(v, w, rel_tol=1e-9)})
+                    problems += [f"{head}: {where} already shows {answer!r} ({shown}) as {ref!r}" for ref in same]
+                elif _distinctive(shown, v) and shown in {n.replace(",", "") for n in NUMBER.findall(text)}:
+                    problems.append(f"{head}: {where} prints {shown}, the answer {answer!r}")
+    return problems
+
+
+def _executed_pages(html: Path) -> tuple[dict[str, list[dict]], dict[str, dict[str, float]], list[str]]:
+    executed = html.parent / "jupyter_execute" / "book"
+    order = _book_order()
+    pages, values = {}, {}
+    for doc in order:
+        nb, md = executed / f"{doc}.ipynb", ROOT / "book" / f"{doc}.md"
+        if nb.exists():
+            pages[doc] = json.loads(nb.read_text())["cells"]
+        elif md.exists():
+            pages[doc] = [_md(md.read_text())]
+        values[doc] = _glued_values(executed, doc)
+    return pages, values, order
+
+
+@pytest.mark.parametrize("name", CHAPTERS)
+def test_no_answer_is_shown_earlier_in_the_book(name, built_book):
+    """No answer of a chapter's prompts equals a number the reader has already been shown: in an earlier chapter, or
+    earlier in the same chapter under another name, in prose or in a printed table."""
+    html, _ = built_book
+    pages, values, order = _executed_pages(html)
+    assert name in order, f"{name} is not in _toc.yml"
+    problems = _earlier_problems(pages, values, order, name)
+    assert not problems, "\n".join(problems)
+
+
+def test_the_earlier_rule_catches_a_number_shown_before_under_another_name():
+    """The checker itself, on a small book: an answer shown before, in prose under another id or in a printed
+    table, is found; a small count, a number the prompt gives, and a number shown only after the prompt are not."""
+    reveal = ":::{dropdown} Reveal: how many\n**{glue:text}`fit:,.0f`** fit, and **{glue:text}`steps:.0f`** steps.\n:::\n"
+    prompt = ":::{admonition} Commit to a prediction\n:class: tip\nHow many fit?\n:::\n"
+    table = {"output_type": "display_data", "data": {"text/markdown": "| context | fit |\n|---|---|\n| 4K | 7,157 |"}}
+
+    def problems(first: list[dict], second: list[dict], other: float = 12.0, given: float = 50.0) -> list[str]:
+        pages = {"one": first, "two": second}
+        values = {"one": {"batch": 7157.0, "other": other}, "two": {"fit": 7157.0, "steps": 3.0, "given": given}}
+        return _earlier_problems(pages, values, ["one", "two"], "two")
+
+    plain = [_md("A batch of {glue:text}`other:.0f`.")]
+    assert problems([_md("The worked example runs {glue:text}`batch:,.0f` sequences.")], [_md(prompt + reveal)])
+    assert problems(plain, [_md("Earlier: {glue:text}`one::batch:,.0f`.\n" + prompt + reveal)])
+    assert problems([_code("show_table()", outputs=[table])], [_md(prompt + reveal)])
+    assert not problems(plain, [_md(prompt + reveal)])
+    assert not problems(plain, [_md(prompt + reveal + "Afterwards: {glue:text}`one::batch:,.0f`.")])
+    # the three steps equal a small count shown before; the answer equals a number the prompt itself gives
+    assert not problems([_md("Three: {glue:text}`other:.0f`")], [_md(prompt + reveal)], other=3.0)
+    assert not problems([_md("{glue:text}`batch:,.0f`")],
+                        [_md(prompt.replace("fit?", "fit in {glue:text}`given:.0f`?") + reveal)], given=7157.0)
