@@ -465,30 +465,8 @@ class SandboxedExecute(Execute):
                 if verdict and not watch.over and not nbwatch.expired:
                     ename, _, evalue = verdict.partition(": ")
                     self._error(cell, ename, evalue, stopped=host.refused)
-                label = _grade_label(cell, index)
-                if nbwatch.expired and (died or watch.killed):
-                    self._error(cell, "NotebookTimeout", f"{label} was stopped: {nbwatch.expired}", stopped=True)
-                elif watch.over:
-                    cell.outputs = [o for o in cell.outputs if o.get("output_type") != "error"]
-                    self._error(cell, "CellCPUTimeout",
-                                cpu_timeout_text(label, self.cell_cpu_s, stopped=bool(watch.killed or died)))
-                elif watch.memory or (died and self.km is not None and self.km.out_of_memory()):
-                    held = f"{watch.memory / 2**30:.1f} GiB" if watch.memory else "more than that"
-                    self._error(cell, "KernelDied", f"the kernel died in {label}: its processes together held "
-                                f"{held}, over the sandbox's {limits.sandbox_memory_bytes / 2**30:g} GiB", stopped=True)
-                    died = died or "memory"
-                elif watch.waited or self._wall_timeout:
-                    cell.outputs = [o for o in cell.outputs if o.get("ename") != "CellTimeoutError"]  # nbclient's
-                    self._error(cell, "CellWallTimeout", f"{label} waited more than {self._get_timeout(None):g} s "
-                                "(wall-clock) without finishing and was stopped", stopped=True)
-                    died = died or "waited"
-                elif self._flooded:
-                    self._error(cell, "KernelDied", f"the kernel was stopped in {label}: it sent more than "
-                                f"{self.flood_bytes / 2**20:g} MiB of output", stopped=True)
-                    died = died or "output"
-                elif died:
-                    self._error(cell, "KernelDied", f"the kernel died in {label}: {died}")
-                if died or watch.killed:
+                died = self._record_stop(cell, _grade_label(cell, index), watch, died, nbwatch.expired, limits)
+                if died:
                     self._stop()
                     restarts += 1
                     if restarts > MAX_RESTARTS and not nbwatch.expired:
@@ -501,6 +479,34 @@ class SandboxedExecute(Execute):
                 index += 1
             self._stop()
         return self.nb, self.resources
+
+    def _record_stop(self, cell: NotebookNode, label: str, watch: _CellWatch, died: str | None, expired: str,
+                     limits: Limits) -> str | None:
+        """Record on ``cell`` the one line saying why the grader stopped it or its kernel died, if either
+        happened; returns why its sandbox must be replaced (None: the kernel lives on)."""
+        if expired and (died or watch.killed):
+            self._error(cell, "NotebookTimeout", f"{label} was stopped: {expired}", stopped=True)
+        elif watch.over:
+            cell.outputs = [o for o in cell.outputs if o.get("output_type") != "error"]
+            self._error(cell, "CellCPUTimeout",
+                        cpu_timeout_text(label, self.cell_cpu_s, stopped=bool(watch.killed or died)))
+        elif watch.memory or (died and self.km is not None and self.km.out_of_memory()):
+            held = f"{watch.memory / 2**30:.1f} GiB" if watch.memory else "more than that"
+            self._error(cell, "KernelDied", f"the kernel died in {label}: its processes together held {held}, "
+                        f"over the sandbox's {limits.sandbox_memory_bytes / 2**30:g} GiB", stopped=True)
+            return died or "memory"
+        elif watch.waited or self._wall_timeout:
+            cell.outputs = [o for o in cell.outputs if o.get("ename") != "CellTimeoutError"]  # nbclient's reply
+            self._error(cell, "CellWallTimeout", f"{label} waited more than {self._get_timeout(None):g} s "
+                        "(wall-clock) without finishing and was stopped", stopped=True)
+            return died or "waited"
+        elif self._flooded:
+            self._error(cell, "KernelDied", f"the kernel was stopped in {label}: it sent more than "
+                        f"{self.flood_bytes / 2**20:g} MiB of output", stopped=True)
+            return died or "output"
+        elif died:
+            self._error(cell, "KernelDied", f"the kernel died in {label}: {died}")
+        return died or ("killed" if watch.killed else None)
 
     # ------------------------------------------------------------------------------------ kernel lifetime
     def _start(self, tmp: Path, replay: list[tuple[int, str]]) -> None:
