@@ -24,6 +24,7 @@ from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+import intake
 from code_guard import CodeGuard
 from collect import (
     Learner,
@@ -32,7 +33,7 @@ from collect import (
     student_id,  # noqa: F401  (the id rule, imported from here by tests and tools)
     timestamp_text,
 )
-from intake import INVALID, MAX_SUBMISSION_BYTES, RESTORED, InvalidSubmission, prepare  # noqa: F401 (RESTORED)
+from intake import INVALID, RESTORED, InvalidSubmission, prepare  # noqa: F401 (RESTORED, for the tests)
 from nbgrader.api import Gradebook, MissingEntry
 from nbgrader.apps import NbGraderAPI
 from nbgrader.plugins.export import CsvExportPlugin
@@ -157,7 +158,7 @@ class Course:
                     results.append(Result(student, assignment, source=submission.label, status="invalid",
                                           reasons=[submission.problem]))
                     continue
-                path = submission.materialise(Path(tmp), MAX_SUBMISSION_BYTES)
+                path = submission.materialise(Path(tmp), intake.MAX_SUBMISSION_BYTES)
                 earlier = None if regrade else self._earlier(student, assignment, path)
                 try:
                     r = earlier or self._take(student, path, submission.label, assignment, release_nb)
@@ -198,7 +199,7 @@ class Course:
         """The result an earlier run recorded for exactly this file, if its autograded notebook is still there."""
         record = self._record(student, assignment)
         autograded = Path(self.config.CourseDirectory.autograded_directory) / student / assignment
-        if path.stat().st_size > MAX_SUBMISSION_BYTES or not record.exists() or not autograded.exists():
+        if path.stat().st_size > intake.MAX_SUBMISSION_BYTES or not record.exists() or not autograded.exists():
             return None
         try:
             r = Result(**json.loads(record.read_text()))
@@ -222,7 +223,7 @@ class Course:
         shutil.rmtree(dest, ignore_errors=True)
         for step in ("autograded_directory", "feedback_directory"):
             shutil.rmtree(Path(getattr(self.config.CourseDirectory, step)) / student / assignment, ignore_errors=True)
-        if path.stat().st_size <= MAX_SUBMISSION_BYTES:
+        if path.stat().st_size <= intake.MAX_SUBMISSION_BYTES:
             r.sha256 = _sha256(path)
         try:
             nb, notes = prepare(path, json.loads(release_nb.read_text()))

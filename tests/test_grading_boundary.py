@@ -15,7 +15,7 @@ import json
 from pathlib import Path
 
 import pytest
-from grading_harness import REPO, Course, copy_fixtures, workflow
+from grading_harness import REPO, Course, copy_fixtures, intake, workflow
 from nbconvert import HTMLExporter
 from test_grading_hostile import HEADS_FAILED
 from traitlets.config import Config
@@ -170,7 +170,7 @@ def graded(tmp_path_factory):
     (inbox / "big_ex01.ipynb").write_text(json.dumps({**heads, "metadata": {"pad": "x" * (3 * MIB)}}))
     patch = pytest.MonkeyPatch()
     patch.setenv(SECRET_NAME, SECRET)
-    patch.setattr(workflow, "MAX_SUBMISSION_BYTES", 2 * MIB)  # "big" is over it; the honest files are ~40 KB
+    patch.setattr(intake, "MAX_SUBMISSION_BYTES", 2 * MIB)  # "big" is over it; the honest files are ~40 KB
     config = Config()
     config.SandboxedExecute.sandbox_memory_bytes = 1024 * MIB
     config.SandboxedExecute.processes = 64

@@ -80,13 +80,16 @@ def main(argv: list[str] | None = None) -> int:
     parser = OneLineParser(prog="python -m stage5 bench spec", description=__doc__.splitlines()[0])
     draft = "speculative decoding drafts a handful of tokens (vLLM's num_speculative_tokens is typically 1-8)"
     parser.add_argument("--requests", type=arg_requests(), default=4, help="requests for the acceptance table")
-    parser.add_argument("--k", type=arg_int(0, 64, why=draft), default=4, help="k for the speedup table (0 to 64)")
+    parser.add_argument("--k", type=arg_int(0, 64, why=draft), default=None,
+                        help="k for the speedup table (0 to 64; default 4, or --max-k where that is smaller)")
     parser.add_argument("--max-k", type=arg_int(1, 64, why=draft), default=8)
     parser.add_argument("--max-batch", type=arg_int(1, 4096, why="the speedup table's batches stop at 128"),
                         default=64)
     parser.add_argument("--threads", type=arg_threads(), default=1, help="torch CPU threads (default 1)")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
+    if args.k is None:
+        args.k = min(4, args.max_k)
     if args.k > args.max_k:  # the speedup table's k is read against the acceptance table's rows, 1 .. --max-k
         parser.error(f"--k {args.k} is past --max-k {args.max_k}: the speedup table's k must be one the acceptance "
                      "table measures; accepted: 0 (no drafting) to --max-k")
