@@ -50,7 +50,9 @@ FAMILIES: dict[str, Family] = {
     "phi3": Family(tied=False, window="all"),
     "gpt2": Family(tied=True, qkv_bias=True, gpt2=True),
     "deepseek_v2": Family(tied=False),  # multi-head latent attention (MLA) and shared experts
+    "deepseek_v3": Family(tied=False),  # DeepSeek-V2's shapes; its routing changes no count (sigmoid, groups)
 }
+MLA_FAMILIES = ("deepseek_v2", "deepseek_v3")
 ENCODERS = {"bert", "roberta", "xlm-roberta", "distilbert", "albert", "electra", "deberta", "deberta-v2",
             "modernbert", "camembert"}
 ENCODER_DECODERS = {"t5", "mt5", "umt5", "longt5", "bart", "mbart", "pegasus", "marian", "whisper", "switch_transformers"}
@@ -58,10 +60,14 @@ ENCODER_DECODERS = {"t5", "mt5", "umt5", "longt5", "bart", "mbart", "pegasus", "
 # Keys that change the architecture. Each is read only for the families listed; in any other family it is
 # refused, because ignoring it would price the model as something it is not.
 _ARCH_KEYS: dict[str, set[str]] = {
-    "kv_lora_rank": {"deepseek_v2"}, "q_lora_rank": {"deepseek_v2"}, "qk_rope_head_dim": {"deepseek_v2"},
-    "n_routed_experts": {"deepseek_v2"}, "n_shared_experts": {"deepseek_v2"}, "first_k_dense_replace": {"deepseek_v2"},
+    "kv_lora_rank": {*MLA_FAMILIES}, "q_lora_rank": {*MLA_FAMILIES}, "qk_rope_head_dim": {*MLA_FAMILIES},
+    "n_routed_experts": {*MLA_FAMILIES}, "n_shared_experts": {*MLA_FAMILIES},
+    "first_k_dense_replace": {*MLA_FAMILIES},
     "shared_expert_intermediate_size": {"qwen2_moe"}, "num_experts": {"qwen2_moe"},
-    "num_local_experts": {"mixtral"}, "moe_intermediate_size": {"qwen2_moe", "deepseek_v2"},
+    "num_local_experts": {"mixtral"}, "moe_intermediate_size": {"qwen2_moe", *MLA_FAMILIES},
+    # DeepSeek-V3's multi-token-prediction module: extra weights a server may load for speculative decoding;
+    # not counted (the model is priced as served without it, as the main model's 671B are).
+    "num_nextn_predict_layers": {"deepseek_v3"},
     "sliding_window": {"mistral", "mixtral", "phi3", "gemma2", "qwen2", "qwen2_moe", "qwen3"},
     "parallel_attn": set(), "alibi": set(), "new_decoder_architecture": set(), "parallel_residual": set(),
     "mlp_bias": set(), "is_encoder_decoder": set(),
@@ -262,14 +268,14 @@ class ModelConfig:
                                                   "layers among the MoE ones) are not modelled")
                 extra["shared_expert_size"] = pick("shared_expert_intermediate_size", default=0, minimum=0)
                 extra["shared_expert_gate"] = extra["shared_expert_size"] > 0
-            if model_type == "deepseek_v2":
+            if model_type in MLA_FAMILIES:
                 if pick("moe_layer_freq", default=1) != 1:
                     raise UnsupportedArchitecture(f"{label}: moe_layer_freq != 1 is not modelled")
                 extra["shared_expert_size"] = pick("n_shared_experts", default=0, minimum=0) * intermediate
                 extra["dense_layers"] = pick("first_k_dense_replace", default=0, minimum=0)
                 extra["dense_intermediate_size"] = dense_size
 
-        if model_type == "deepseek_v2":  # multi-head latent attention
+        if model_type in MLA_FAMILIES:  # multi-head latent attention
             extra["kv_lora_rank"] = pick("kv_lora_rank")
             extra["q_lora_rank"] = pick("q_lora_rank", default=0, minimum=0)
             extra["qk_rope_head_dim"] = pick("qk_rope_head_dim")
