@@ -108,9 +108,7 @@ class Replica:
         best = len(self.engine.alloc.match(Sequence(request)))
         s = self.engine.scheduler
         for queued in (*s.pending, *s.waiting):
-            if queued.num_cached:  # a preempted sequence back in the queue: its blocks were released
-                continue
-            other = self._chains.get(queued.id)
+            other = self._chains.get(queued.id)  # dropped at admission: a preempted one's blocks are in the cache
             if other is None:
                 continue
             common = 0
@@ -385,7 +383,7 @@ def main(argv: list[str] | None = None) -> int:
     use_course_threads()
     spec = fleet.MultiTenant(tenants=args.tenants, sessions=args.sessions, rate=args.rate, seed=args.seed)
     model, cfg = load_tiny()
-    print(f"serving {spec.requests} requests ({spec.sessions} sessions) through one replica, then "
+    print(f"serving {spec.requests} requests ({spec.sessions} sessions) through one replica with the fleet's memory, then "
           f"{args.replicas} replicas under {len(fleet.POLICIES)} policies and {len(LOAD_BOUNDS) - 1} load bounds",
           file=sys.stderr, flush=True)
     report = compare(model, cfg, calibrate(ROOFLINE_TOY), spec, args.replicas)
