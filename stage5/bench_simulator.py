@@ -22,6 +22,7 @@ SWEEP: list[dict[str, object]] = [
     {"weights": "fp8"}, {"kv": "fp8"}, {"weights": "int4"}, {"weights": "bf16", "kv": "bf16"},
     {"prompt": 4096}, {"prompt": 1024}, {"prefix_hit": 0.5}, {"gpu": "H200"}, {"num_gpus": 2},
     {"gpu": "H100-SXM", "num_gpus": 4}, {"model": "llama3-8b", "num_gpus": 1}, {"model": "llama3-70b", "num_gpus": 4},
+    {"replicas": 8}, {"routing": "round_robin"}, {"history_share": 0.5}, {"kv_tier": "ssd"}, {"kv_tier": "hbm"},
 ]
 
 

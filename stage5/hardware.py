@@ -167,10 +167,18 @@ GPUS: dict[str, Hardware] = {g.name: g for g in (
     # HBM3E at 6 TB/s; Infinity Fabric 896 GB/s (7 links x 128 GB/s, eight GPUs fully connected).
     # https://www.amd.com/en/products/accelerators/instinct/mi300/mi325x.html
     _gpu("MI325X", 1307.4, 2614.9, 6.0, 256, "AMD Instinct MI325X data sheet", 896),
+    # NVIDIA GB200 NVL72 product page, specifications table, for the rack of 72 Blackwell GPUs (tensor rates "with
+    # sparsity"): FP16/BF16 360 PFLOPS and FP8/FP6 720 PFLOPS, so 2.5 and 5 PFLOPS dense per GPU; "Up to 13.4 TB
+    # HBM3e | 576 TB/s", 186 GB and 8 TB/s per GPU; NVLink bandwidth 130 TB/s, 1.8 TB/s per GPU, every one of the 72
+    # GPUs on one NVLink Switch domain (so tensor parallelism up to 72 never crosses the network).
+    # https://www.nvidia.com/en-us/data-center/gb200-nvl72/
+    _gpu("GB200-NVL72", 2500.0, 5000.0, 8.0, 186, "NVIDIA GB200 NVL72 product page, per GPU of the rack", 1800,
+         domain=72, per_node=72),
 )}
 
 _ALIASES = {"H100": "H100-SXM", "H100 SXM5": "H100-SXM", "A100": "A100-80GB", "4090": "RTX-4090",
-            "RTX 4090": "RTX-4090", "MI300": "MI300X", "H200-SXM": "H200", "Tesla T4": "T4"}
+            "RTX 4090": "RTX-4090", "MI300": "MI300X", "H200-SXM": "H200", "Tesla T4": "T4",
+            "GB200": "GB200-NVL72", "NVL72": "GB200-NVL72"}
 
 
 def gpu_names() -> list[str]:

@@ -51,7 +51,9 @@ FAMILIES: dict[str, Family] = {
     "phi3": Family("Phi3Config", bias_key=None, window="all"),
     "gpt2": Family("GPT2Config", qkv_bias=True, bias_key=None, gpt2=True),
     "deepseek_v2": Family("DeepseekV2Config"),  # multi-head latent attention (MLA) and shared experts
+    "deepseek_v3": Family("DeepseekV3Config"),  # DeepSeek-V2's shapes; its routing changes no count (sigmoid, groups)
 }
+MLA_FAMILIES = ("deepseek_v2", "deepseek_v3")
 
 # What config.json may leave out. Each family's transformers config class fills a missing key with its default
 # (transformers 5.24.0, src/transformers/models/<model_type>/configuration_<model_type>.py; checked against the
@@ -95,6 +97,9 @@ HF_DEFAULTS: dict[str, dict[str, Any]] = {
     "gpt2": {"head_dim": SPLIT, "n_inner": FOUR_X, "n_positions": 1024, "layer_norm_epsilon": 1e-5, "tie_word_embeddings": True},
     "deepseek_v2": {"num_key_value_heads": HEADS, "tie_word_embeddings": False, "attention_bias": False,
                     "max_position_embeddings": 2048, "rms_norm_eps": 1e-6, **_ROPE, "first_k_dense_replace": 0},
+    # DeepseekV3Config's KV heads (128), dense layers (3) and ranks are DeepSeek-V3's own: required, not kept
+    "deepseek_v3": {"tie_word_embeddings": False, "attention_bias": False, "max_position_embeddings": 4096,
+                    "rms_norm_eps": 1e-6, **_ROPE},
 }
 # What an explicit null means where the family's code reads None as a rule rather than a missing number.
 # Elsewhere a null is read as if the key were absent (num_key_value_heads and head_dim then take the family's rule,
@@ -111,10 +116,14 @@ ENCODER_DECODERS = {"t5", "mt5", "umt5", "longt5", "bart", "mbart", "pegasus", "
 # Keys that change the architecture. Each is read only for the families listed; in any other family it is
 # refused, because ignoring it would price the model as something it is not.
 _ARCH_KEYS: dict[str, set[str]] = {
-    "kv_lora_rank": {"deepseek_v2"}, "q_lora_rank": {"deepseek_v2"}, "qk_rope_head_dim": {"deepseek_v2"},
-    "n_routed_experts": {"deepseek_v2"}, "n_shared_experts": {"deepseek_v2"}, "first_k_dense_replace": {"deepseek_v2"},
+    "kv_lora_rank": {*MLA_FAMILIES}, "q_lora_rank": {*MLA_FAMILIES}, "qk_rope_head_dim": {*MLA_FAMILIES},
+    "n_routed_experts": {*MLA_FAMILIES}, "n_shared_experts": {*MLA_FAMILIES},
+    "first_k_dense_replace": {*MLA_FAMILIES},
     "shared_expert_intermediate_size": {"qwen2_moe"}, "num_experts": {"qwen2_moe"},
-    "num_local_experts": {"mixtral"}, "moe_intermediate_size": {"qwen2_moe", "deepseek_v2"},
+    "num_local_experts": {"mixtral"}, "moe_intermediate_size": {"qwen2_moe", *MLA_FAMILIES},
+    # DeepSeek-V3's multi-token-prediction module: extra weights a server may load for speculative decoding;
+    # not counted (the model is priced as served without it, as the main model's 671B are).
+    "num_nextn_predict_layers": {"deepseek_v3"},
     "sliding_window": {"mistral", "mixtral", "phi3", "gemma2", "qwen2", "qwen2_moe", "qwen3"},
     "parallel_attn": set(), "alibi": set(), "new_decoder_architecture": set(), "parallel_residual": set(),
     "mlp_bias": set(), "is_encoder_decoder": set(),
@@ -321,13 +330,13 @@ class ModelConfig:
                 "num_key_value_heads alone (1 for multi-query attention)")
         kv_heads = heads if gpt2 else pick("num_key_value_heads")
         vocab = pick("vocab_size")
-        head_dim = 0 if model_type == "deepseek_v2" else pick("head_dim")  # MLA's is read below
+        head_dim = 0 if model_type in MLA_FAMILIES else pick("head_dim")  # MLA's is read below
         max_pos = pick("n_positions", "n_ctx") if gpt2 else pick("max_position_embeddings")
         extra: dict[str, Any] = {}
 
         # Mixture of experts: Mixtral's num_local_experts, Qwen2-MoE's num_experts, DeepSeek's n_routed_experts.
         experts_key = {"mixtral": "num_local_experts", "qwen2_moe": "num_experts",
-                       "deepseek_v2": "n_routed_experts"}.get(model_type)
+                       "deepseek_v2": "n_routed_experts", "deepseek_v3": "n_routed_experts"}.get(model_type)
         experts = pick(experts_key) if experts_key else 1
         intermediate = pick("n_inner") if gpt2 else pick("intermediate_size")
         if experts > 1:
@@ -340,14 +349,14 @@ class ModelConfig:
                                                   "layers among the MoE ones) are not modelled")
                 extra["shared_expert_size"] = pick("shared_expert_intermediate_size", minimum=0)
                 extra["shared_expert_gate"] = extra["shared_expert_size"] > 0
-            if model_type == "deepseek_v2":
+            if model_type in MLA_FAMILIES:
                 if inputs.integer(cfg.get("moe_layer_freq") or 1, f"{label}: moe_layer_freq") != 1:
                     raise UnsupportedArchitecture(f"{label}: moe_layer_freq != 1 is not modelled")
                 extra["shared_expert_size"] = pick("n_shared_experts", minimum=0) * intermediate
                 extra["dense_layers"] = pick("first_k_dense_replace", minimum=0)
                 extra["dense_intermediate_size"] = dense_size
 
-        if model_type == "deepseek_v2":  # multi-head latent attention
+        if model_type in MLA_FAMILIES:  # multi-head latent attention
             extra["kv_lora_rank"] = pick("kv_lora_rank")
             extra["q_lora_rank"] = pick("q_lora_rank", minimum=0)
             extra["qk_rope_head_dim"] = pick("qk_rope_head_dim")

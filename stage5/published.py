@@ -37,6 +37,33 @@ MAGICDEC_SPEEDUP_LLAMA31_8B = 1.84
 DRAFT_VERIFY_SPEEDUP = 1.99
 LAYERSKIP_SPEEDUP = 2.16
 
+# Drafters that come with the model or grow their own trees (chapter 7). DeepSeek-AI, "DeepSeek-V3 Technical Report"
+# (arXiv:2412.19437v2, cite key deepseekv3), section 5.4.3: the multi-token-prediction module used as a drafter,
+# "the acceptance rate of the second token prediction ranges between 85% and 90%", "delivering 1.8 times TPS".
+DEEPSEEK_MTP_ACCEPTANCE_PCT = (85.0, 90.0)
+DEEPSEEK_MTP_TPS_GAIN = 1.8
+# SafeAILab/EAGLE README (cite keys li2024eagle2, li2025eagle3): speedup over vanilla decoding, Vicuna 13B on
+# 2 x RTX 3090 in FP16: EAGLE-2 "4x", EAGLE-3 "5.6".
+EAGLE2_SPEEDUP = 4.0
+EAGLE3_SPEEDUP = 5.6
+# Dao, Haziza, Massa and Sizov, "Flash-Decoding for long-context inference" (2023, cite key dao2023flashdecoding):
+# "up to 8x faster generation for very long sequences" (CodeLlama 34B).
+FLASH_DECODING_SPEEDUP = 8.0
+
+# Large mixtures of experts as served (chapter 13). DeepSeek-V3 technical report, section 3.4.2 (decoding): the
+# minimum deployment unit is "40 nodes with 320 GPUs"; attention "TP4 with SP, combined with DP80"; the MoE part
+# "EP320", one expert per GPU; the batch per expert is "usually within 256 tokens", and "the bottleneck is memory
+# access rather than computation".
+DEEPSEEK_DECODE_GPUS = 320
+DEEPSEEK_DECODE_ATTENTION_TP = 4
+DEEPSEEK_DECODE_ATTENTION_DP = 80
+DEEPSEEK_EXPERT_BATCH = 256
+# FlashMLA, "A Deep-Dive Into the New Flash MLA Kernel" (2025-04-22, cite key flashmla2025): on an H800 SXM5 (3.35
+# TB/s, 990 TFLOPs at peak) clock throttling leaves "~865 TFlops", so the kernel is compute-bound once query heads
+# x query tokens >= 128; the kernel reaches "up to 660 TFlops".
+FLASHMLA_PRACTICAL_TFLOPS = 865.0
+FLASHMLA_REACHED_TFLOPS = 660.0
+
 # Kurtic et al., "Give Me BF16 or Give Me Death?" (2024, cite key kurtic2024bf16), abstract and the
 # W8A8-INT results: accuracy loss of carefully tuned INT8 weights and activations, in percent.
 INT8_ACCURACY_LOSS_PCT = (1.0, 3.0)
@@ -70,6 +97,8 @@ RANGES = {
     "speculative_sampling_speedup_chinchilla": (SPECULATIVE_SAMPLING_SPEEDUP_CHINCHILLA, "x",
                                                 "speculative sampling speedup on Chinchilla 70B (Chen et al. 2023)"),
     "magicdec_batch": (MAGICDEC_BATCH, "sequences", "batch sizes at which MagicDec reports long-context speedups"),
+    "deepseek_mtp_acceptance_pct": (DEEPSEEK_MTP_ACCEPTANCE_PCT, "%",
+                                    "second-token acceptance of DeepSeek-V3's MTP drafter (DeepSeek-AI 2024)"),
     "int8_accuracy_loss_pct": (INT8_ACCURACY_LOSS_PCT, "%",
                                "accuracy loss of well-tuned W8A8-INT (Kurtic et al. 2024)"),
     "source_batching_gain": (SOURCE_BATCHING_GAIN, "x", "the source text's batching lever, naive to tuned"),
@@ -85,6 +114,16 @@ SINGLE = {
                                     "MagicDec's best speedup for Llama 3.1 8B at batch 32-256 (Sadhukhan et al.)"),
     "draft_verify_speedup": (DRAFT_VERIFY_SPEEDUP, "x", "self-speculative decoding by layer skipping (Zhang et al.)"),
     "layerskip_speedup": (LAYERSKIP_SPEEDUP, "x", "self-speculative decoding by early exit, best task (Elhoushi et al.)"),
+    "deepseek_mtp_tps_gain": (DEEPSEEK_MTP_TPS_GAIN, "x", "DeepSeek-V3's decode speedup with its MTP drafter"),
+    "eagle2_speedup": (EAGLE2_SPEEDUP, "x", "EAGLE-2 over vanilla decoding, Vicuna 13B (EAGLE README)"),
+    "eagle3_speedup": (EAGLE3_SPEEDUP, "x", "EAGLE-3 over vanilla decoding, Vicuna 13B (EAGLE README)"),
+    "flash_decoding_speedup": (FLASH_DECODING_SPEEDUP, "x", "Flash-Decoding's best generation speedup, long sequences"),
+    "deepseek_decode_gpus": (DEEPSEEK_DECODE_GPUS, "GPUs", "DeepSeek-V3's minimum decoding deployment unit"),
+    "deepseek_decode_attention_tp": (DEEPSEEK_DECODE_ATTENTION_TP, "GPUs", "its attention's tensor-parallel degree"),
+    "deepseek_decode_attention_dp": (DEEPSEEK_DECODE_ATTENTION_DP, "groups", "its attention's data-parallel degree"),
+    "deepseek_expert_batch": (DEEPSEEK_EXPERT_BATCH, "tokens", "DeepSeek-V3's usual decode batch per expert, at most"),
+    "flashmla_practical_tflops": (FLASHMLA_PRACTICAL_TFLOPS, "TFLOP/s", "H800 peak after clock throttling (FlashMLA)"),
+    "flashmla_reached_tflops": (FLASHMLA_REACHED_TFLOPS, "TFLOP/s", "FlashMLA's compute-bound throughput, H800"),
 }
 
 

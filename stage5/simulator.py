@@ -13,6 +13,14 @@ the physics at the datasheet's peak, which no server beats. The four plots alway
 it leaves out: arrival
 variance and queueing, preemption, chunked-prefill interleaving, MoE routing imbalance, and the draft
 model's own KV cache and weights under speculative decoding.
+
+The fleet's levers (chapter 13): ``replicas`` copies of the deployment behind a router, ``routing`` (round-robin,
+least-loaded or prefix-aware) and ``history_share``, the part of the one-replica prefix hit that is the
+conversation's own history; a prompt-blind router finds that part one time in ``replicas``
+(:func:`stage5.fleet.routed_hit_rate`), and every number above is priced at the hit rate the fleet keeps.
+``kv_tier`` says where cached prefixes wait: in HBM, or in host memory, a local SSD or another machine
+(:mod:`stage5.kv_tiers`), from which a hit is reloaded before the prefill, or recomputed when that is faster. The
+tier changes TTFT only: the transfer is taken to overlap other requests' work, so the bill is unchanged.
 """
 
 from __future__ import annotations
@@ -22,7 +30,7 @@ import math
 import time
 from dataclasses import dataclass, field, replace
 
-from stage5 import cost, levers
+from stage5 import cost, fleet, kv_tiers, levers
 from stage5 import inputs as check
 from stage5.hardware import gpu_names
 from stage5.models import PASTED, ModelConfig, chosen_model, model_names
@@ -50,6 +58,10 @@ class SimInputs:
     price_per_gpu_hour: float = cost.DEFAULT_PRICE_PER_GPU_HOUR
     objective: str = "cost"
     mode: str = "simple"  # the cost model's mode, one of stage5.cost.MODES (simple estimate, estimate, floor)
+    replicas: int = 1  # copies of the deployment behind the router (chapter 13)
+    routing: str = "prefix_aware"  # one of stage5.fleet.POLICIES
+    history_share: float = 0.0  # the share of prefix_hit that is the conversation's own history
+    kv_tier: str = "hbm"  # where cached prefixes wait: "hbm" or one of stage5.kv_tiers.TIERS
 
 
 @dataclass(frozen=True)
@@ -75,6 +87,9 @@ class SimOutputs:
     spec_speedup: float = 1.0
     gains: dict[str, float] = field(default_factory=dict)
     best_lever: str = ""
+    fleet_hit: float = math.nan  # the prefix hit the fleet keeps (prefix_hit on one replica)
+    fleet_throughput: float = math.nan  # output tokens/s across all replicas
+    tier_reload_ms: float = 0.0  # TTFT spent bringing cached prefixes back from kv_tier (0 in HBM)
     elapsed_ms: float = 0.0
 
 
@@ -93,6 +108,10 @@ def check_inputs(x: SimInputs, model: ModelConfig) -> None:
     check.positive(x.price_per_gpu_hour, "price_per_gpu_hour")
     check.choice(x.objective, "objective", levers.OBJECTIVES)
     check.choice(x.mode, "mode", cost.MODES)
+    fleet.check_replicas(x.replicas)
+    fleet.check_policy(x.routing)
+    check.fraction(x.history_share, "history_share")
+    check.choice(x.kv_tier, "kv_tier", KV_TIERS)
 
 
 def simulate(inputs: SimInputs) -> SimOutputs:
@@ -112,7 +131,8 @@ def simulate(inputs: SimInputs) -> SimOutputs:
 
 def _numbers(out: SimOutputs) -> list[float]:
     return [out.ttft_ms, out.tpot_ms, out.throughput, out.usd_per_million, out.intensity, out.ridge,
-            out.prefill_share, out.spec_speedup, *out.gains.values()]
+            out.prefill_share, out.spec_speedup, out.fleet_hit, out.fleet_throughput, out.tier_reload_ms,
+            *out.gains.values()]
 
 
 def _simulate(x: SimInputs) -> SimOutputs:
@@ -123,22 +143,29 @@ def _simulate(x: SimInputs) -> SimOutputs:
     dep = cost.with_mode(deployment(model, x.gpu, int(x.num_gpus), x.weights, x.kv), x.mode)
     p, o, c = int(x.prompt), int(x.output), int(x.concurrency)
     ctx = p + o / 2
+    hit = fleet.routed_hit_rate(x.prefix_hit, x.history_share, int(x.replicas), x.routing)
     diag = levers.diagnose_reference(model, x.gpu, int(x.num_gpus), p, o, c, x.objective, weights=x.weights,
-                                     kv=x.kv, prefix_hit=x.prefix_hit, alpha=x.alpha, k=int(x.k),
+                                     kv=x.kv, prefix_hit=hit, alpha=x.alpha, k=int(x.k),
                                      price_per_gpu_hour=x.price_per_gpu_hour, estimate=dep.estimate)
     speed = float(cost.speculative_speedup(dep, c, ctx, x.alpha, x.k)) if x.k > 0 else 1.0
-    tpot = float(cost.mixed_tpot_s(dep, c, p, o, x.prefix_hit)) / speed  # the cached prefix is not prefilled
+    tpot = float(cost.mixed_tpot_s(dep, c, p, o, hit)) / speed  # the cached prefix is not prefilled
     if dep.estimate is not None and dep.estimate.mixed_step:
         # Every decode step carries the other requests' prefill chunks (cost.mixed_tpot_s), so prefill time is
         # inside TPOT: the deployment emits its c sequences' tokens once per TPOT, and a request costs o x TPOT / c.
         request_s = o * tpot / c
     else:  # prefill as its own steps beside pure decode steps (levers.request_seconds)
-        request_s = sum(levers.request_seconds(dep, p, o, c, x.prefix_hit, speed))
+        request_s = sum(levers.request_seconds(dep, p, o, c, hit, speed))
+    ttft = float(cost.ttft_s(dep, p, hit))
+    reload = 0.0
+    if x.kv_tier != "hbm" and hit > 0:  # the cached part comes back from the tier, or is recomputed if faster
+        cached = p - max(1, round(p * (1 - hit)))
+        if cached > 0:
+            reload = min(float(kv_tiers.reload_s(dep, cached, x.kv_tier)), float(cost.ttft_s(dep, p)) - ttft)
     binding = "KV memory capacity" if c == diag.max_concurrency else (
         "compute" if diag.decode_bound == "compute" else "memory bandwidth")
     return SimOutputs(
         ok=True, model=model.name,
-        ttft_ms=1e3 * float(cost.ttft_s(dep, p, x.prefix_hit)),
+        ttft_ms=1e3 * (ttft + reload),
         tpot_ms=1e3 * tpot,
         throughput=o / request_s,
         usd_per_million=cost.CostTerms(cost.price_per_s(dep, x.price_per_gpu_hour), request_s, o).dollars_per_million,
@@ -146,12 +173,16 @@ def _simulate(x: SimInputs) -> SimOutputs:
         intensity=float(cost.decode_intensity_with_kv(dep, c, ctx)),
         ridge=cost.ridge_point(dep.gpu, dep.weight_bytes),
         decode_bound=diag.decode_bound, phase=diag.phase, prefill_share=diag.prefill_share,
-        spec_speedup=speed, gains=dict(diag.gains), best_lever=diag.best_lever)
+        spec_speedup=speed, gains=dict(diag.gains), best_lever=diag.best_lever, fleet_hit=hit,
+        fleet_throughput=int(x.replicas) * o / request_s, tier_reload_ms=1e3 * reload)
 
 
 # ------------------------------------------------------------------------------------------ rendering
 PREDICTABLE = {"TTFT (ms)": "ttft_ms", "TPOT (ms)": "tpot_ms", "throughput (output tokens/s)": "throughput",
-               "$ per million output tokens": "usd_per_million", "max concurrency": "max_concurrency"}
+               "$ per million output tokens": "usd_per_million", "max concurrency": "max_concurrency",
+               "fleet throughput (output tokens/s)": "fleet_throughput"}
+KV_TIERS = ("hbm", *kv_tiers.TIERS)
+KV_TIER_LABELS = {"hbm": "HBM (no tier)", **kv_tiers.TIER_LABELS}
 LEVER_LABELS = {"batching": "batching (up to the memory / 50 ms TPOT limit)", "prefix_caching": "prefix caching",
                 "quantization": "FP8 weights + FP8 KV", "speculative": "speculative decoding"}
 
@@ -173,6 +204,12 @@ def to_html(out: SimOutputs, inputs: SimInputs | None = None) -> str:
         ("request time", f"{out.prefill_share:.0%} prefill, {1 - out.prefill_share:.0%} decode "
                          f"({out.phase}-bound; decode {out.decode_bound}-bound)"),
     ]
+    if inputs is not None and (inputs.replicas > 1 or inputs.history_share or inputs.kv_tier != "hbm"):
+        where = (f"; cached prefixes reloaded from {KV_TIER_LABELS[inputs.kv_tier]} ({out.tier_reload_ms:,.1f} ms of the "
+                 "TTFT)" if inputs.kv_tier != "hbm" else "")
+        rows.append(("fleet", f"{inputs.replicas:,} replica(s), {fleet.POLICY_LABELS[inputs.routing]} routing: "
+                              f"{out.fleet_hit:.0%} of prompt tokens cached ({inputs.prefix_hit:.0%} on one replica); "
+                              f"{out.fleet_throughput:,.0f} output tokens/s in all{where}"))
     objective = inputs.objective if inputs else "cost"
     rows += [(f"gain: {LEVER_LABELS[k]}", f"{v:.2f}x" + (" (best)" if k == out.best_lever else ""))
              for k, v in out.gains.items()]
@@ -215,6 +252,13 @@ class Simulator:
                                       max=1000.0),
             "objective": box(w.ToggleButtons, x.objective, "levers judged by", options=list(levers.OBJECTIVES)),
             "mode": box(w.ToggleButtons, x.mode, "cost model", options=list(cost.MODES)),
+            "replicas": box(w.BoundedIntText, x.replicas, "replicas", min=1, max=fleet.MAX_REPLICAS),
+            "routing": box(w.ToggleButtons, x.routing, "routing",
+                           options=[(fleet.POLICY_LABELS[p], p) for p in fleet.POLICIES]),
+            "history_share": box(w.FloatSlider, x.history_share, "hit that is history", min=0.0, max=1.0,
+                                 step=0.05),
+            "kv_tier": box(w.Dropdown, x.kv_tier, "cached prefixes in", options=[(KV_TIER_LABELS[t], t)
+                                                                                 for t in KV_TIERS]),
         }
         self.result = w.HTML()
         self.timing = w.HTML()
@@ -350,7 +394,9 @@ class Simulator:
                            c["price_per_gpu_hour"], c["mode"]])
             mid = w.VBox([c["prompt"], c["output"], c["concurrency"], c["alpha"], c["k"], c["prefix_hit"],
                           c["objective"]])
+            right = w.VBox([w.HTML("<b>the fleet</b>"), c["replicas"], c["routing"], c["history_share"],
+                            c["kv_tier"]])
             predict = w.VBox([w.HTML("<b>Commit to a prediction</b>"), self.quantity, self.guess_box,
                               w.HBox([self.record_button, self.reveal_button]), self.hide, self.feedback])
-            self._widget = w.VBox([w.HBox([left, mid]), predict, self.result, self.plots.widget, self.timing])
+            self._widget = w.VBox([w.HBox([left, mid, right]), predict, self.result, self.plots.widget, self.timing])
         return self._widget

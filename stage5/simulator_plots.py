@@ -79,7 +79,8 @@ def plot_data(inputs, outputs) -> PlotData:
 
 def lever_bars(dep: cost.Deployment, x, outputs) -> dict[str, tuple[float, float]]:
     """(prefill, decode) dollars per million output tokens with no lever (the deployment as set, without
-    speculation or prefix hits) and with each lever of :func:`stage5.levers.diagnose_reference` applied alone
+    speculation or prefix hits) and with each lever of :func:`stage5.levers.diagnose_reference` applied alone (the
+    prefix cache at the hit the fleet keeps, ``outputs.fleet_hit``)
     (its rules, re-applied here to split the bill; the tests check the totals against its gains)."""
     p, o, c = int(x.prompt), int(x.output), int(x.concurrency)
     ctx = p + o / 2
@@ -93,7 +94,8 @@ def lever_bars(dep: cost.Deployment, x, outputs) -> dict[str, tuple[float, float
     quant = deployment(dep.model, x.gpu, int(x.num_gpus), "fp8" if dep.weight_bytes > 1 else x.weights,
                        "fp8" if dep.kv_bytes > 1 else x.kv)
     speed = float(cost.speculative_speedup(dep, c, ctx, x.alpha, int(x.k))) if x.k > 0 else 1.0
-    return {"no lever": dollars(dep, c), "batching": dollars(dep, target), "prefix cache": dollars(dep, c, x.prefix_hit),
+    hit = outputs.fleet_hit  # the prefix hit the fleet's routing keeps (x.prefix_hit on one replica)
+    return {"no lever": dollars(dep, c), "batching": dollars(dep, target), "prefix cache": dollars(dep, c, hit),
             "FP8 w+KV": dollars(quant, c), "speculation": dollars(dep, c, speed=speed)}
 
 

@@ -74,7 +74,7 @@ def test_kept_defaults_equal_the_transformers_class_defaults(model_type):
 # Keys the reader requires (no default), with the family's class default shown not to follow the model's size.
 REQUIRED = {"intermediate_size": [t for t in FAMILIES if t != "gpt2"],
             "num_key_value_heads": [t for t in FAMILIES if "num_key_value_heads" not in HF_DEFAULTS[t] and t != "gpt2"],
-            "head_dim": [t for t in FAMILIES if "head_dim" not in HF_DEFAULTS[t] and t != "deepseek_v2"]}
+            "head_dim": [t for t in FAMILIES if "head_dim" not in HF_DEFAULTS[t] and t not in models.MLA_FAMILIES]}
 
 
 @pytest.mark.parametrize("key, model_type", [(k, t) for k, ts in REQUIRED.items() for t in ts])

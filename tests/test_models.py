@@ -22,7 +22,10 @@ PUBLISHED = {
     "qwen2.5-72b": 72_706_203_648,
     "mixtral-8x7b": 46_702_792_704,
     "gpt2": 124_439_808,
-    "deepseek-v2-lite": 15.7e9,  # its model card's "15.7B" (the one MLA model in the registry: chapter 12)
+    "deepseek-v2-lite": 15.7e9,  # its model card's "15.7B" (the small MLA model in the registry: chapter 12)
+    # DeepSeek-V3 README: "671B of the Main Model weights and 14B of the Multi-Token Prediction (MTP) Module
+    # weights"; the reader counts the main model (chapter 13)
+    "deepseek-v3": 671e9,
 }
 
 
@@ -171,6 +174,20 @@ def test_deepseek_v2_lite_latent_kv_cache():
     assert m.dense_layers == 1 and m.moe_layers == 26 and m.num_experts == 64
     # DeepSeek's "2.4B activated" leaves the input embedding (a table lookup, no FLOPs) out.
     assert m.active_params - m.vocab_size * m.hidden_size == pytest.approx(2.4e9, rel=0.025)
+
+
+def test_deepseek_v3_counts_and_latent_cache():
+    m = get_model("deepseek-v3")
+    assert m.is_mla and m.num_heads == 128 and m.num_experts == 256 and m.experts_per_token == 8
+    assert m.dense_layers == 3 and m.moe_layers == 58
+    assert m.kv_bytes_per_token(2) == (512 + 64) * 61 * 2  # DeepSeek's "70KB per token" (BF16)
+    assert m.active_params == pytest.approx(37e9, rel=0.025)  # "37B activated for each token"
+
+
+def test_the_mtp_key_is_read_only_for_deepseek_v3():
+    cfg = json.loads((CONFIG_DIR / "deepseek-v2-lite.json").read_text())
+    with pytest.raises(UnsupportedArchitecture, match="num_nextn_predict_layers"):
+        ModelConfig.from_hf_config({**cfg, "num_nextn_predict_layers": 1})
 
 
 def test_gemma_ties_embeddings_when_the_key_is_absent():

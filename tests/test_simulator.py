@@ -94,3 +94,34 @@ def test_hide_hides_results_before_any_guess():
     assert "TPOT" not in sim.result.value
     sim.hide.value = False
     assert "TPOT" in sim.result.value
+
+
+def test_fleet_levers_price_the_hit_the_router_keeps():
+    one = simulate(SimInputs(prefix_hit=0.8, history_share=0.5))
+    rr = simulate(SimInputs(prefix_hit=0.8, history_share=0.5, replicas=8, routing="round_robin"))
+    pa = simulate(SimInputs(prefix_hit=0.8, history_share=0.5, replicas=8, routing="prefix_aware"))
+    assert one.fleet_hit == pa.fleet_hit == pytest.approx(0.8)
+    assert rr.fleet_hit == pytest.approx(0.8 * (0.5 + 0.5 / 8))
+    assert rr.ttft_ms > pa.ttft_ms == pytest.approx(one.ttft_ms)
+    assert rr.usd_per_million > pa.usd_per_million
+    assert pa.fleet_throughput == pytest.approx(8 * pa.throughput) and one.fleet_throughput == one.throughput
+    assert "replica(s)" in to_html(rr, SimInputs(replicas=8, routing="round_robin"))
+
+
+def test_a_kv_tier_adds_its_reload_to_ttft_and_never_more_than_recomputing():
+    base = SimInputs(prefix_hit=0.9, prompt=4096)
+    hbm, cpu, ssd = (simulate(SimInputs(**{**base.__dict__, "kv_tier": t})) for t in ("hbm", "cpu", "ssd"))
+    cold = simulate(SimInputs(**{**base.__dict__, "prefix_hit": 0.0}))
+    assert hbm.tier_reload_ms == 0 and 0 < cpu.tier_reload_ms < ssd.tier_reload_ms
+    assert hbm.ttft_ms < cpu.ttft_ms < ssd.ttft_ms <= cold.ttft_ms
+    assert ssd.ttft_ms == pytest.approx(hbm.ttft_ms + ssd.tier_reload_ms)
+    assert cpu.usd_per_million == hbm.usd_per_million  # the tier changes TTFT, not the bill
+    refused = simulate(SimInputs(gpu="L4", num_gpus=1, model="llama3.2-1b", prefix_hit=0.5, kv_tier="cpu"))
+    assert not refused.ok and "host-memory" in refused.error
+
+
+@pytest.mark.parametrize("field, value", [("replicas", 0), ("replicas", 2.5), ("routing", "random"),
+                                          ("history_share", 1.5), ("kv_tier", "tape")])
+def test_bad_fleet_inputs_are_refused(field, value):
+    out = simulate(SimInputs(**{field: value}))
+    assert not out.ok and field in out.error

@@ -19,6 +19,8 @@
   sized so a decode step streams them from memory (what the chapters time and predict);
 * ``roofline_spec.py`` - speculative decoding on that toy at an acceptance rate the caller sets;
 * ``overhead.py``    - ``measure_overhead()``: the fixed cost of a step, from a hollow run (what calibration records);
+* ``fleet.py``       - several engines behind a router (round-robin, least-loaded, prefix-aware with a load bound)
+  on one virtual clock, and ``bench fleet``;
 * ``bench.py``       - ``python -m stage5 bench`` (``bench_prefix.py``, ``bench_spec.py``, ``bench_roofline.py``:
   ``bench prefix|spec|roofline``; ``bench_load.py``: ``bench load``, serving under load).
 

@@ -102,6 +102,10 @@ def main(argv: list[str] | None = None) -> int:
         from stage5.engine.bench_load import main as load_main
 
         return load_main(argv[1:])
+    if argv and argv[0] == "fleet":
+        from stage5.engine.fleet import main as fleet_main
+
+        return fleet_main(argv[1:])
     if argv and argv[0] == "roofline":
         from stage5.engine.bench_roofline import main as roofline_main
 

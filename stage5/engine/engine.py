@@ -22,7 +22,10 @@ plus ``max_tokens`` cannot fit in the whole pool is refused up front, so the loo
 
 The queues, admission, preemption and retirement live in :mod:`stage5.engine.scheduler` (shared with the
 speculative engine), batch preparation in :mod:`stage5.engine.batch`, and everything counted in
-:mod:`stage5.engine.metrics`. This file wires them into one loop. Options of :meth:`Engine.run`:
+:mod:`stage5.engine.metrics`. This file wires them into one loop: :meth:`Engine.run` is :meth:`~Engine.start`,
+:meth:`~Engine.step` until :attr:`~Engine.done`, then :meth:`~Engine.finish`; a fleet of engines
+(:mod:`stage5.engine.fleet`) calls those parts itself, and :meth:`~Engine.add` a request while the run is under
+way. Options of :meth:`Engine.run`:
 
 * ``token_budget`` - at most this many tokens per step; longer prompts are fed in chunks (chunked prefill);
 * ``clock`` - what latencies are measured on (:mod:`stage5.engine.clock`): wall time, or the step model's
@@ -121,51 +124,83 @@ class Engine:
                 f"({self.alloc.num_slots // self.block_size} blocks of {self.block_size})")
         checks.fits_model(request, self.cfg)
 
+    # ------------------------------------------------------------------------------ one run, step by step
+    def start(self, requests: list[Request] = (), clock: WallClock | None = None) -> None:
+        """Begin a run: queue ``requests`` (each joins at its ``arrival`` on ``clock``) and reset the clock to 0.
+        The K/V pool and, with prefix caching, its cached blocks persist from earlier runs of this engine."""
+        sched = self.scheduler
+        self._requests = list(requests)
+        sched.submit(self._requests, self.check_fits)
+        self.clock = clock or WallClock()
+        self.clock.now = 0.0
+        self.recorder = Recorder(self._requests, self.record_logits)
+        self._t0 = time.perf_counter()
+
+    def add(self, request: Request) -> None:
+        """Send one more request into the run under way (what a fleet's router does): it is checked as
+        :meth:`start` checks them and joins the queue at its ``arrival``, which may not be earlier than the
+        requests already queued behind the clock."""
+        self.scheduler.add(request, self.check_fits)
+        self._requests.append(request)
+        self.recorder.add(request)
+
+    @property
+    def done(self) -> bool:
+        """Nothing queued, waiting or running."""
+        return self.scheduler.done
+
     @torch.no_grad()
+    def step(self, on_step: Callable[[StepRecord], None] | None = None) -> StepRecord | None:
+        """One iteration of the serving loop: requests whose time has come arrive; then either the clock jumps
+        to the next arrival (nothing to run; returns None) or one step runs and its record is returned."""
+        sched, clock, rec = self.scheduler, self.clock, self.recorder
+        sched.arrive(clock.now)
+        if sched.idle:  # nothing to do until the next request is sent
+            clock.wait_until(sched.next_arrival)
+            return None
+        t_step, start = time.perf_counter(), clock.now
+        self._make_room()  # sequences already running get space for their newest token first
+        admitted = self._admit()
+        rec.admitted(admitted, start)
+        batch, counts = sched.plan()
+        if not batch:  # cannot happen while check_fits holds; fail loudly rather than spin
+            raise RuntimeError("scheduler made no progress: nothing admitted and nothing running")
+        # a prompt chunk (num_cached short of the pending token) makes this a prefill step as well
+        kind = "prefill" if admitted or any(s.num_cached < len(s.tokens) - 1 for s in batch) else "decode"
+        context = sum(s.num_cached + n for s, n in zip(batch, counts, strict=True))
+        logits = self._forward(batch, counts)
+        sampled = [(s, row) for s, row in zip(batch, logits, strict=True) if s.num_cached == len(s.tokens)]
+        next_tokens = torch.stack([row for _, row in sampled]).argmax(dim=-1).tolist() if sampled else []
+        wall = time.perf_counter() - t_step
+        clock.step(len(batch), sum(counts), context, wall)
+        for (seq, row), token in zip(sampled, next_tokens, strict=True):
+            seq.tokens.append(token)
+            rec.sampled(seq, row, clock.now, len(rec.log) + 1)
+        rec.occupancy(sched.running, self.alloc)
+        finished = sched.retire(s for s, _ in sampled)
+        for seq in finished:
+            rec.finished(seq, clock.now)
+        record = StepRecord(
+            index=len(rec.log) + 1, kind=kind, ids=tuple(s.id for s in batch), fed=tuple(counts),
+            context=context, admitted=tuple(s.id for s in admitted), sampled=tuple(s.id for s, _ in sampled),
+            finished=tuple(s.id for s in finished), preemptions=sched.preemptions, start_s=start,
+            end_s=clock.now, wall_s=wall, running=tuple(sched.running), waiting=tuple(sched.waiting))
+        rec.step(record)
+        if on_step is not None:
+            on_step(record)
+        return record
+
+    def finish(self) -> RunResult:
+        """The run's result (call once :attr:`done`)."""
+        return self.recorder.result(self._requests, self.allocator_name, self.scheduler_name,
+                                    self.scheduler.preemptions, time.perf_counter() - self._t0, self.clock.name,
+                                    self.prefix_caching)
+
     def run(self, requests: list[Request], clock: WallClock | None = None,
             on_step: Callable[[StepRecord], None] | None = None) -> RunResult:
         """Serve ``requests`` to completion; each joins the queue at its ``arrival`` on ``clock`` (default:
         wall time, steps as measured). ``on_step`` sees every step's record after the step."""
-        sched = self.scheduler
-        sched.submit(requests, self.check_fits)
-        clock = clock or WallClock()
-        clock.now = 0.0
-        rec = Recorder(requests, self.record_logits)
-        t0 = time.perf_counter()
-        while not sched.done:
-            sched.arrive(clock.now)
-            if sched.idle:  # nothing to do until the next request is sent
-                clock.wait_until(sched.next_arrival)
-                continue
-            t_step, start = time.perf_counter(), clock.now
-            self._make_room()  # sequences already running get space for their newest token first
-            admitted = self._admit()
-            rec.admitted(admitted, start)
-            batch, counts = sched.plan()
-            if not batch:  # cannot happen while check_fits holds; fail loudly rather than spin
-                raise RuntimeError("scheduler made no progress: nothing admitted and nothing running")
-            # a prompt chunk (num_cached short of the pending token) makes this a prefill step as well
-            kind = "prefill" if admitted or any(s.num_cached < len(s.tokens) - 1 for s in batch) else "decode"
-            context = sum(s.num_cached + n for s, n in zip(batch, counts, strict=True))
-            logits = self._forward(batch, counts)
-            sampled = [(s, row) for s, row in zip(batch, logits, strict=True) if s.num_cached == len(s.tokens)]
-            next_tokens = torch.stack([row for _, row in sampled]).argmax(dim=-1).tolist() if sampled else []
-            wall = time.perf_counter() - t_step
-            clock.step(len(batch), sum(counts), context, wall)
-            for (seq, row), token in zip(sampled, next_tokens, strict=True):
-                seq.tokens.append(token)
-                rec.sampled(seq, row, clock.now, len(rec.log) + 1)
-            rec.occupancy(sched.running, self.alloc)
-            finished = sched.retire(s for s, _ in sampled)
-            for seq in finished:
-                rec.finished(seq, clock.now)
-            record = StepRecord(
-                index=len(rec.log) + 1, kind=kind, ids=tuple(s.id for s in batch), fed=tuple(counts),
-                context=context, admitted=tuple(s.id for s in admitted), sampled=tuple(s.id for s, _ in sampled),
-                finished=tuple(s.id for s in finished), preemptions=sched.preemptions, start_s=start,
-                end_s=clock.now, wall_s=wall, running=tuple(sched.running), waiting=tuple(sched.waiting))
-            rec.step(record)
-            if on_step is not None:
-                on_step(record)
-        return rec.result(requests, self.allocator_name, self.scheduler_name, sched.preemptions,
-                          time.perf_counter() - t0, clock.name, self.prefix_caching)
+        self.start(requests, clock)
+        while not self.done:
+            self.step(on_step)
+        return self.finish()

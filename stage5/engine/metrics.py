@@ -184,6 +184,10 @@ class Recorder:
         self.prefill_computed = self.prefill_skipped = self.peak = 0
         self.ttft_steps: dict[int, int] = {}
 
+    def add(self, request) -> None:
+        """A request sent while the run is under way (:meth:`stage5.engine.engine.Engine.add`)."""
+        self.times[request.id] = RequestTimes(arrival=request.arrival)
+
     def admitted(self, seqs: list[Sequence], now: float) -> None:
         for seq in seqs:
             self.prefill_skipped += seq.num_cached

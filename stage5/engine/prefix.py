@@ -29,6 +29,17 @@ def block_hash(parent: int | None, tokens: tuple[int, ...]) -> int:
     return hash((parent, tokens))
 
 
+def block_chain(tokens, block_size: int) -> list[tuple[int, tuple[int, ...]]]:
+    """(chained hash, token ids) of each full block a cache could serve for a prompt of ``tokens``: every full
+    block before the one holding the last token, which is always computed."""
+    chain, parent = [], None
+    for i in range((len(tokens) - 1) // block_size):
+        block = tuple(tokens[i * block_size:(i + 1) * block_size])
+        parent = block_hash(parent, block)
+        chain.append((parent, block))
+    return chain
+
+
 class PrefixCachingAllocator(PagedAllocator):
     """A :class:`PagedAllocator` whose full blocks can be found again by their tokens and shared."""
 
@@ -45,15 +56,12 @@ class PrefixCachingAllocator(PagedAllocator):
 
         The block holding the last token is never matched, so at least that token is computed.
         """
-        size, parent, hits = self.block_size, None, []
-        for i in range((len(seq.tokens) - 1) // size):
-            tokens = tuple(seq.tokens[i * size:(i + 1) * size])
-            key = block_hash(parent, tokens)
+        hits = []
+        for key, tokens in block_chain(seq.tokens, self.block_size):
             block = self.cached.get(key)
             if block is None or self.block_tokens[block] != tokens:
                 break
             hits.append(block)
-            parent = key
         return hits
 
     # -------------------------------------------------------------------------------- admission

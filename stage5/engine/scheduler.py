@@ -44,6 +44,7 @@ class Scheduler:
         self.waiting: deque[Sequence] = deque()
         self.running: list[Sequence] = []
         self.preemptions = 0
+        self._ids: set[int] = set()  # every request id of the run so far
 
     def submit(self, requests: list[Request], check: Callable[[Request], None]) -> None:
         """Queue ``requests`` by arrival time (ties keep their order) after every check passed: unique ids,
@@ -55,6 +56,22 @@ class Scheduler:
         self.waiting.clear()
         self.running.clear()
         self.preemptions = 0
+        self._ids = {r.id for r in requests}
+
+    def add(self, request: Request, check: Callable[[Request], None]) -> None:
+        """Queue one more request during a run (a fleet's router sends them one at a time, in arrival order):
+        its id must be new to the run and its arrival no earlier than the last one queued, so ``pending`` stays
+        in arrival order."""
+        checks.unique_ids([request])
+        if request.id in self._ids:
+            raise ValueError(f"request id {request.id} appears more than once; accepted: unique ids")
+        if self.pending and request.arrival < self.pending[-1].request.arrival:
+            raise ValueError(f"request {request.id} arrives at {request.arrival!r} s, before request "
+                             f"{self.pending[-1].id} already queued at {self.pending[-1].request.arrival!r} s; "
+                             "accepted: requests added in arrival order")
+        check(request)
+        self._ids.add(request.id)
+        self.pending.append(Sequence(request))
 
     # ------------------------------------------------------------------------------------------ queues
     @property

@@ -1,0 +1,400 @@
+"""``python -m stage5 bench fleet``: several toy replicas behind a router, on the load benchmark's virtual clock.
+
+Each replica is the course's engine (:class:`~stage5.engine.engine.Engine`, paged, continuous, prefix caching
+on) with its own K/V pool and its own cache, timed by its own :class:`~stage5.engine.clock.VirtualClock` (the
+calibrated step model pricing every step as the roofline toy on this machine, as ``bench load`` does). The
+workload is :class:`stage5.fleet.MultiTenant`: tenants with fixed system prompts, multi-turn sessions whose every
+turn resends the conversation so far. A later turn is built from the tokens the engine actually answered, so the
+cache holds exactly what the client sends back.
+
+**The router** sees each request when it is sent and picks a replica:
+
+* ``round_robin`` - the next replica in turn;
+* ``least_loaded`` - the replica with the fewest requests queued or running (ties go round in turn);
+* ``prefix_aware`` - the replica holding the longest prefix of the prompt, among those whose load is within
+  ``load_bound`` requests of the least loaded (``inf``: no bound; 0: only the least loaded). What a replica
+  holds is read from its cache, as NVIDIA Dynamo's KV router and llm-d's precise scorer read the engines' KV
+  events, plus the prompts already routed there and not yet admitted (llm-d's speculative indexing; SGLang's
+  router keeps an approximate tree of every prompt it routed). SGLang's cache-aware policy switches between the
+  two rules on a global imbalance test instead of bounding each choice; the bound here is one knob for the same
+  trade.
+
+**The event loop** is one clock for the fleet: it always runs the step of the replica whose clock is earliest,
+and routes a request when no replica's next step starts before it arrives. So the router sees every replica as it
+is after the steps that began before the arrival; a step in flight is seen as finished (a simplification: at most
+one step early). Every number but the wall time is deterministic for a given calibration.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+import sys
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from stage5 import fleet, inputs
+from stage5.engine.clock import VirtualClock
+from stage5.engine.engine import Engine, RunResult
+from stage5.engine.metrics import latency_summary
+from stage5.engine.prefix import block_chain
+from stage5.engine.sequence import Request, Sequence
+from stage5.inputs import OneLineParser, arg_int, arg_real, dumps
+
+POOL_BLOCKS, BLOCK_SIZE, MAX_BATCH = 256, 16, 16  # each replica's K/V pool, as bench load's engine, a little larger
+BENCH_REPLICAS = 8
+
+
+@dataclass(frozen=True)
+class FleetConfig:
+    """The fleet: how many replicas, each one's pool and batch, and how requests are routed."""
+
+    replicas: int = BENCH_REPLICAS
+    policy: str = "prefix_aware"
+    load_bound: float = math.inf  # prefix_aware only: requests above the least-loaded replica's load
+    num_blocks: int = POOL_BLOCKS
+    block_size: int = BLOCK_SIZE
+    max_batch: int = MAX_BATCH
+
+    def __post_init__(self) -> None:
+        fleet.check_replicas(self.replicas)
+        fleet.check_policy(self.policy)
+        if not (isinstance(self.load_bound, (int, float)) and not isinstance(self.load_bound, bool)
+                and self.load_bound >= 0) or math.isnan(self.load_bound):
+            raise inputs.InputError(f"load_bound must be a number of requests >= 0 (inf: no bound), got "
+                                    f"{self.load_bound!r}")
+        inputs.integer(self.num_blocks, "num_blocks (per replica)", minimum=2, maximum=1 << 20)
+        inputs.integer(self.block_size, "block_size (tokens)", minimum=1, maximum=4096)
+        inputs.integer(self.max_batch, "max_batch", minimum=1, maximum=4096)
+
+
+class Replica:
+    """One engine with its own pool, cache and clock, and what the router may ask of it."""
+
+    def __init__(self, index: int, model, cfg, cal, config: FleetConfig):
+        from stage5.engine.roofline_toy import ROOFLINE_TOY
+
+        self.index = index
+        self.engine = Engine(model, cfg, num_blocks=config.num_blocks, block_size=config.block_size,
+                             max_batch=config.max_batch, prefix_caching=True)
+        self.engine.start([], VirtualClock(cal, ROOFLINE_TOY))
+        self.block_size = config.block_size
+        self.sent = 0
+        self._chains: dict[int, list] = {}  # request id -> its block chain (queued requests only)
+
+    @property
+    def now(self) -> float:
+        return self.engine.clock.now
+
+    @property
+    def load(self) -> int:
+        """Requests sent here and not finished: queued (not yet arrived or not admitted) and running."""
+        s = self.engine.scheduler
+        return len(s.pending) + len(s.waiting) + len(s.running)
+
+    @property
+    def next_time(self) -> float:
+        """When this replica's next step starts: now if it has work, the next arrival if only that, else never."""
+        s = self.engine.scheduler
+        if s.waiting or s.running:
+            return self.now
+        return max(self.now, s.pending[0].request.arrival) if s.pending else math.inf
+
+    def matched_blocks(self, request: Request, chain: list) -> int:
+        """Full blocks of ``request``'s prompt this replica holds: in its cache, or in a prompt already sent here
+        and not yet admitted (its blocks are registered when it is)."""
+        best = len(self.engine.alloc.match(Sequence(request)))
+        s = self.engine.scheduler
+        for queued in (*s.pending, *s.waiting):
+            other = self._chains.get(queued.id)  # dropped at admission: a preempted one's blocks are in the cache
+            if other is None:
+                continue
+            common = 0
+            for (a, _), (b, _) in zip(chain, other, strict=False):
+                if a != b:
+                    break
+                common += 1
+            best = max(best, common)
+        return best
+
+    def add(self, request: Request, chain: list) -> None:
+        self.engine.add(request)
+        self._chains[request.id] = chain
+        self.sent += 1
+
+    def step(self):
+        record = self.engine.step()
+        if record is not None:
+            for rid in record.admitted:
+                self._chains.pop(rid, None)
+        return record
+
+
+class Router:
+    """The three policies; ties between equally good replicas go round in turn, so none is favoured."""
+
+    def __init__(self, config: FleetConfig):
+        self.config = config
+        self.turn = 0
+
+    def _rotated(self, indices: list[int], n: int) -> list[int]:
+        return sorted(indices, key=lambda i: (i - self.turn) % n)
+
+    def choose(self, replicas: list[Replica], request: Request, chain: list) -> int:
+        n, policy = len(replicas), self.config.policy
+        if policy == "round_robin":
+            pick = self.turn % n
+        else:
+            loads = [r.load for r in replicas]
+            least = min(loads)
+            if policy == "least_loaded":
+                pick = self._rotated([i for i in range(n) if loads[i] == least], n)[0]
+            else:
+                eligible = [i for i in range(n) if loads[i] <= least + self.config.load_bound]
+                held = {i: replicas[i].matched_blocks(request, chain) for i in eligible}
+                order = self._rotated(eligible, n)
+                pick = min(order, key=lambda i: (-held[i], loads[i], order.index(i)))
+        self.turn = pick + 1
+        return pick
+
+
+class Conversations:
+    """Builds each turn's prompt: the tenant's system prompt, the session so far (with the answers the engine
+    gave), and a new user message, all cut from the held-out corpus bytes."""
+
+    def __init__(self, spec: fleet.MultiTenant, text: bytes | None = None):
+        if text is None:
+            from stage5.engine.checkpoints import corpus_split
+
+            text = corpus_split()[1]
+        need = spec.tenants * spec.system_len + spec.user[1] + 1
+        if len(text) < need:
+            raise inputs.InputError(f"{spec.tenants} tenants' system prompts of {spec.system_len} tokens need "
+                                    f"{need:,} bytes of text, the held-out corpus has {len(text):,}; accepted: "
+                                    "fewer tenants or shorter system prompts")
+        self.spec, self.text = spec, text
+        self.system = [tuple(text[i * spec.system_len:(i + 1) * spec.system_len]) for i in range(spec.tenants)]
+        rng = np.random.default_rng(spec.seed + 7)
+        self.user_start = {(t.session, t.index): int(rng.integers(0, len(text) - t.user_len))
+                           for s in spec.plan for t in s.turns}
+        self.history: dict[int, tuple[int, ...]] = {}
+
+    def request(self, turn: fleet.Turn, rid: int, arrival: float) -> Request:
+        start = self.user_start[(turn.session, turn.index)]
+        past = self.history.get(turn.session, self.system[turn.tenant])
+        prompt = past + tuple(self.text[start:start + turn.user_len])
+        return Request(rid, prompt, self.spec.output[1], turn.output_len, arrival)
+
+    def answered(self, session: int, prompt: tuple[int, ...], output: list[int]) -> None:
+        self.history[session] = prompt + tuple(output)
+
+
+@dataclass
+class FleetResult:
+    """What one fleet run measured. Times are on the virtual clock; all fields are deterministic."""
+
+    config: FleetConfig
+    runs: list[RunResult] = field(repr=False)
+    sent: list[int]  # requests routed to each replica
+    turns: dict[int, tuple[int, int]] = field(repr=False)  # request id -> (session, turn)
+
+    @property
+    def requests(self) -> int:
+        return sum(self.sent)
+
+    @property
+    def computed(self) -> int:
+        """Prompt tokens the replicas computed at admissions (recomputation after preemption included)."""
+        return sum(r.prefill_tokens_computed for r in self.runs)
+
+    @property
+    def skipped(self) -> int:
+        return sum(r.prefill_tokens_skipped for r in self.runs)
+
+    @property
+    def hit_rate(self) -> float:
+        total = self.computed + self.skipped
+        return self.skipped / total if total else 0.0
+
+    @property
+    def busy_s(self) -> list[float]:
+        """Seconds each replica spent running steps."""
+        return [sum(s.end_s - s.start_s for s in r.steps_log) for r in self.runs]
+
+    @property
+    def imbalance(self) -> float:
+        """The busiest replica's busy time over the mean: 1 is perfectly even."""
+        busy = self.busy_s
+        mean = sum(busy) / len(busy)
+        return max(busy) / mean if mean else 1.0
+
+    @property
+    def duration_s(self) -> float:
+        return max(r.duration_s for r in self.runs)
+
+    def latency(self) -> dict[str, float]:
+        times = [t for r in self.runs for t in r.requests.values()]
+        return latency_summary(times, self.duration_s)
+
+    @property
+    def outputs(self) -> dict[int, list[int]]:
+        return {i: o for r in self.runs for i, o in r.outputs.items()}
+
+    @property
+    def preemptions(self) -> int:
+        return sum(r.preemptions for r in self.runs)
+
+    def summary(self) -> dict[str, float]:
+        lat = self.latency()
+        return {"hit_rate": self.hit_rate, "prefill_tokens_computed": self.computed,
+                "prefill_tokens_skipped": self.skipped, "ttft_p50": lat["ttft_p50"], "ttft_p99": lat["ttft_p99"],
+                "tpot_p50": lat["tpot_p50"], "tpot_p99": lat["tpot_p99"], "imbalance": self.imbalance,
+                "requests": self.requests, "max_requests_per_replica": max(self.sent),
+                "requests_per_replica": list(self.sent),
+                "preemptions": self.preemptions, "duration_s": self.duration_s}
+
+
+def serve_fleet(model, cfg, cal, spec: fleet.MultiTenant, config: FleetConfig,
+                conversations: Conversations | None = None) -> FleetResult:
+    """Serve ``spec`` through ``config.replicas`` replicas routed by ``config.policy``; see the module docstring."""
+    if spec.longest_request > config.num_blocks * config.block_size:
+        raise inputs.InputError(
+            f"a request of this workload may need {spec.longest_request} K/V slots, but a replica's pool holds "
+            f"{config.num_blocks * config.block_size} ({config.num_blocks} blocks of {config.block_size}); "
+            "accepted: a larger pool (num_blocks) or shorter sessions")
+    talk = conversations or Conversations(spec)
+    replicas = [Replica(i, model, cfg, cal, config) for i in range(config.replicas)]
+    router = Router(config)
+    sessions = spec.plan
+    events = [(s.start_s, s.id, 0) for s in sessions]  # (time, session, turn): the next request each sends
+    heapq.heapify(events)
+    where: dict[int, tuple[int, int, tuple[int, ...]]] = {}  # request id -> (session, turn, prompt)
+    turns: dict[int, tuple[int, int]] = {}
+    next_id = 0
+    while events or any(r.next_time < math.inf for r in replicas):
+        arrival = events[0][0] if events else math.inf
+        ready = min(replicas, key=lambda r: (r.next_time, r.index))
+        if ready.next_time < arrival:
+            record = ready.step()
+            if record is None:
+                continue
+            for rid in record.finished:
+                session, index, prompt = where.pop(rid)
+                output = ready.engine.recorder.outputs[rid]
+                talk.answered(session, prompt, output)
+                if index + 1 < len(sessions[session].turns):
+                    heapq.heappush(events, (ready.now + spec.think_s, session, index + 1))
+            continue
+        t, session, index = heapq.heappop(events)
+        request = talk.request(sessions[session].turns[index], next_id, t)
+        chain = block_chain(request.prompt, config.block_size)
+        pick = router.choose(replicas, request, chain)
+        replicas[pick].add(request, chain)
+        where[next_id] = (session, index, request.prompt)
+        turns[next_id] = (session, index)
+        next_id += 1
+    return FleetResult(config, [r.engine.finish() for r in replicas], [r.sent for r in replicas], turns)
+
+
+def load_tiny():
+    """The exercise's tiny model in float64 (greedy ties cannot flip between batch shapes, so every policy gets
+    the same answers and so the same later turns) and its config."""
+    from stage5.exercise_support import tiny_model
+
+    model = tiny_model(dtype=torch.float64)
+    return model, model.cfg
+
+
+# ------------------------------------------------------------------------------------------ the comparison
+LOAD_BOUNDS = (math.inf, 4.0, 2.0, 1.0, 0.0)  # prefix-aware routing, from no bound to only the least loaded
+
+
+def compare(model, cfg, cal, spec: fleet.MultiTenant | None = None, replicas: int = BENCH_REPLICAS,
+            bounds: tuple[float, ...] = LOAD_BOUNDS, config: FleetConfig | None = None) -> dict:
+    """The report ``bench fleet --json`` prints: one replica holding the whole fleet's memory and batch (the hit
+    rate the prompts allow when nothing is routed); the three policies over ``replicas``; prefix-aware routing at
+    each load bound; and each policy's predicted hit rate (:func:`stage5.fleet.predicted_hits`)."""
+    spec = spec or fleet.MultiTenant()
+    base = config or FleetConfig()
+    talk_text = Conversations(spec).text
+
+    def run(**kw) -> FleetResult:
+        return serve_fleet(model, cfg, cal, spec, FleetConfig(**{**base.__dict__, **kw}),
+                           Conversations(spec, talk_text))
+
+    # one replica with the whole fleet's memory and batch: the hit rate the template allows, no routing
+    single = run(replicas=1, policy="round_robin", num_blocks=base.num_blocks * replicas,
+                 max_batch=base.max_batch * replicas)
+    policies = {p: run(replicas=replicas, policy=p) for p in fleet.POLICIES}
+    sweep = {b: (policies["prefix_aware"] if math.isinf(b) else run(replicas=replicas, policy="prefix_aware",
+                                                                      load_bound=b)) for b in bounds}
+    predicted = {p: fleet.predicted_hits(spec, replicas, p, base.block_size).hit_rate for p in fleet.POLICIES}
+    rr, pa = policies["round_robin"], policies["prefix_aware"]
+    return {
+        "replicas": replicas,
+        "single_replica": single.summary(),
+        "policies": {p: {**r.summary(), "predicted_hit_rate": predicted[p]} for p, r in policies.items()},
+        "load_bounds": [{"load_bound": None if math.isinf(b) else b, **r.summary()} for b, r in sweep.items()],
+        "summary": {"prefill_cut_prefix_over_round_robin": rr.computed / pa.computed,
+                    "hit_rate_single": single.hit_rate, "hit_rate_round_robin": rr.hit_rate,
+                    "hit_rate_prefix_aware": pa.hit_rate,
+                    "ttft_p99_round_robin_over_prefix_aware": rr.latency()["ttft_p99"] / pa.latency()["ttft_p99"]},
+        "workload": {k: v for k, v in spec.__dict__.items() if k != "plan"} | {"requests": spec.requests},
+        "fleet": {"num_blocks": base.num_blocks, "block_size": base.block_size, "max_batch": base.max_batch},
+    }
+
+
+def _table(report: dict) -> str:
+    lines = [f"{'routing':<32}{'hit rate':>9}{'predicted':>10}{'computed':>10}{'TTFT p50':>10}{'TTFT p99':>10}"
+             f"{'imbalance':>10}{'most/replica':>13}"]
+
+    def row(name: str, r: dict, predicted: float | None = None) -> str:
+        pred = f"{predicted:10.1%}" if predicted is not None else f"{'':>10}"
+        return (f"{name:<32}{r['hit_rate']:9.1%}{pred}{r['prefill_tokens_computed']:10d}{r['ttft_p50']:9.3f}s"
+                f"{r['ttft_p99']:9.3f}s{r['imbalance']:10.2f}{r['max_requests_per_replica']:13d}")
+
+    lines.append(row("one replica, the fleet's memory", report["single_replica"]))
+    for p, r in report["policies"].items():
+        lines.append(row(f"{fleet.POLICY_LABELS[p]} x {report['replicas']}", r, r["predicted_hit_rate"]))
+    for r in report["load_bounds"]:
+        bound = "no bound" if r["load_bound"] is None else f"bound {r['load_bound']:g}"
+        lines.append(row(f"prefix-aware, {bound}", r))
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = OneLineParser(prog="python -m stage5 bench fleet", description=__doc__.splitlines()[0])
+    parser.add_argument("--replicas", type=arg_int(1, 64, why="the toy fleet runs every replica on this CPU"),
+                        default=BENCH_REPLICAS, help="replicas behind the router (default %(default)s)")
+    parser.add_argument("--sessions", type=arg_int(1, 2000, why="each session is served by the toy engine here"),
+                        default=fleet.MultiTenant.sessions, help="conversations (default %(default)s)")
+    parser.add_argument("--tenants", type=arg_int(1, 64, why="each tenant's system prompt is cut from the held-out "
+                                                  "corpus"), default=fleet.MultiTenant.tenants)
+    parser.add_argument("--rate", type=arg_real(1e-3, 1e4), default=fleet.MultiTenant.rate,
+                        help="new sessions per second on the virtual clock (default %(default)s)")
+    parser.add_argument("--seed", type=arg_int(0), default=0)
+    parser.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
+    args = parser.parse_args(argv)
+    from stage5.calibrate import calibrate, use_course_threads
+    from stage5.engine.roofline_toy import ROOFLINE_TOY
+
+    use_course_threads()
+    spec = fleet.MultiTenant(tenants=args.tenants, sessions=args.sessions, rate=args.rate, seed=args.seed)
+    model, cfg = load_tiny()
+    print(f"serving {spec.requests} requests ({spec.sessions} sessions) through one replica with the fleet's memory, then "
+          f"{args.replicas} replicas under {len(fleet.POLICIES)} policies and {len(LOAD_BOUNDS) - 1} load bounds",
+          file=sys.stderr, flush=True)
+    report = compare(model, cfg, calibrate(ROOFLINE_TOY), spec, args.replicas)
+    if args.json:
+        print(dumps(report, indent=2))
+        return 0
+    s = report["summary"]
+    print(f"{spec.requests} requests: {spec.tenants} tenants' {spec.system_len}-token system prompts, "
+          f"{spec.sessions} sessions of {spec.turns[0]}-{spec.turns[1]} turns; steps timed as the roofline toy on "
+          "this machine's calibration (virtual clock)\n")
+    print(_table(report))
+    print(f"\nprefix-aware routing computes {s['prefill_cut_prefix_over_round_robin']:.1f}x fewer prompt tokens than "
+          f"round-robin over {args.replicas} replicas")
+    return 0
