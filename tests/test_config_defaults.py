@@ -103,6 +103,7 @@ def _small(model_type: str) -> dict:
            "deepseek_v2": {"n_routed_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 256,
                            "n_shared_experts": 1, "q_lora_rank": None, "kv_lora_rank": 128, "qk_rope_head_dim": 32,
                            "qk_nope_head_dim": 64, "v_head_dim": 64}}
+    moe["deepseek_v3"] = {**moe["deepseek_v2"], "first_k_dense_replace": 1}  # V3's class default (3) is required
     return {**cfg, **moe.get(model_type, {})}
 
 

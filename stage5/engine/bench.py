@@ -103,7 +103,7 @@ def main(argv: list[str] | None = None) -> int:
 
         return load_main(argv[1:])
     if argv and argv[0] == "fleet":
-        from stage5.engine.fleet import main as fleet_main
+        from stage5.engine.bench_fleet import main as fleet_main
 
         return fleet_main(argv[1:])
     if argv and argv[0] == "roofline":

@@ -1,4 +1,5 @@
-"""``python -m stage5 bench fleet``: several toy replicas behind a router, on the load benchmark's virtual clock.
+"""Several toy replicas behind a router, on the load benchmark's virtual clock (``python -m stage5 bench fleet``,
+:mod:`stage5.engine.bench_fleet`, prints their comparison).
 
 Each replica is the course's engine (:class:`~stage5.engine.engine.Engine`, paged, continuous, prefix caching
 on) with its own K/V pool and its own cache, timed by its own :class:`~stage5.engine.clock.VirtualClock` (the
@@ -29,7 +30,6 @@ from __future__ import annotations
 
 import heapq
 import math
-import sys
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -41,7 +41,6 @@ from stage5.engine.engine import Engine, RunResult
 from stage5.engine.metrics import latency_summary
 from stage5.engine.prefix import block_chain
 from stage5.engine.sequence import Request, Sequence
-from stage5.inputs import OneLineParser, arg_int, arg_real, dumps
 
 POOL_BLOCKS, BLOCK_SIZE, MAX_BATCH = 256, 16, 16  # each replica's K/V pool, as bench load's engine, a little larger
 BENCH_REPLICAS = 8
@@ -301,7 +300,7 @@ def serve_fleet(model, cfg, cal, spec: fleet.MultiTenant, config: FleetConfig,
 def load_tiny():
     """The exercise's tiny model in float64 (greedy ties cannot flip between batch shapes, so every policy gets
     the same answers and so the same later turns) and its config."""
-    from stage5.exercise_support import tiny_model
+    from stage5.engine.checkpoints import tiny_model
 
     model = tiny_model(dtype=torch.float64)
     return model, model.cfg
@@ -344,57 +343,3 @@ def compare(model, cfg, cal, spec: fleet.MultiTenant | None = None, replicas: in
         "workload": {k: v for k, v in spec.__dict__.items() if k != "plan"} | {"requests": spec.requests},
         "fleet": {"num_blocks": base.num_blocks, "block_size": base.block_size, "max_batch": base.max_batch},
     }
-
-
-def _table(report: dict) -> str:
-    lines = [f"{'routing':<32}{'hit rate':>9}{'predicted':>10}{'computed':>10}{'TTFT p50':>10}{'TTFT p99':>10}"
-             f"{'imbalance':>10}{'most/replica':>13}"]
-
-    def row(name: str, r: dict, predicted: float | None = None) -> str:
-        pred = f"{predicted:10.1%}" if predicted is not None else f"{'':>10}"
-        return (f"{name:<32}{r['hit_rate']:9.1%}{pred}{r['prefill_tokens_computed']:10d}{r['ttft_p50']:9.3f}s"
-                f"{r['ttft_p99']:9.3f}s{r['imbalance']:10.2f}{r['max_requests_per_replica']:13d}")
-
-    lines.append(row("one replica, the fleet's memory", report["single_replica"]))
-    for p, r in report["policies"].items():
-        lines.append(row(f"{fleet.POLICY_LABELS[p]} x {report['replicas']}", r, r["predicted_hit_rate"]))
-    for r in report["load_bounds"]:
-        bound = "no bound" if r["load_bound"] is None else f"bound {r['load_bound']:g}"
-        lines.append(row(f"prefix-aware, {bound}", r))
-    return "\n".join(lines)
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = OneLineParser(prog="python -m stage5 bench fleet", description=__doc__.splitlines()[0])
-    parser.add_argument("--replicas", type=arg_int(1, 64, why="the toy fleet runs every replica on this CPU"),
-                        default=BENCH_REPLICAS, help="replicas behind the router (default %(default)s)")
-    parser.add_argument("--sessions", type=arg_int(1, 2000, why="each session is served by the toy engine here"),
-                        default=fleet.MultiTenant.sessions, help="conversations (default %(default)s)")
-    parser.add_argument("--tenants", type=arg_int(1, 64, why="each tenant's system prompt is cut from the held-out "
-                                                  "corpus"), default=fleet.MultiTenant.tenants)
-    parser.add_argument("--rate", type=arg_real(1e-3, 1e4), default=fleet.MultiTenant.rate,
-                        help="new sessions per second on the virtual clock (default %(default)s)")
-    parser.add_argument("--seed", type=arg_int(0), default=0)
-    parser.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
-    args = parser.parse_args(argv)
-    from stage5.calibrate import calibrate, use_course_threads
-    from stage5.engine.roofline_toy import ROOFLINE_TOY
-
-    use_course_threads()
-    spec = fleet.MultiTenant(tenants=args.tenants, sessions=args.sessions, rate=args.rate, seed=args.seed)
-    model, cfg = load_tiny()
-    print(f"serving {spec.requests} requests ({spec.sessions} sessions) through one replica with the fleet's memory, then "
-          f"{args.replicas} replicas under {len(fleet.POLICIES)} policies and {len(LOAD_BOUNDS) - 1} load bounds",
-          file=sys.stderr, flush=True)
-    report = compare(model, cfg, calibrate(ROOFLINE_TOY), spec, args.replicas)
-    if args.json:
-        print(dumps(report, indent=2))
-        return 0
-    s = report["summary"]
-    print(f"{spec.requests} requests: {spec.tenants} tenants' {spec.system_len}-token system prompts, "
-          f"{spec.sessions} sessions of {spec.turns[0]}-{spec.turns[1]} turns; steps timed as the roofline toy on "
-          "this machine's calibration (virtual clock)\n")
-    print(_table(report))
-    print(f"\nprefix-aware routing computes {s['prefill_cut_prefix_over_round_robin']:.1f}x fewer prompt tokens than "
-          f"round-robin over {args.replicas} replicas")
-    return 0
