@@ -384,7 +384,43 @@ DIAGNOSE = [
           ("best = max(LEVERS,", "best = min(LEVERS,")),
 ]
 
-SLIPS: list[Slip] = SERVE + STATIC + PAGED + CONTIGUOUS + ALLOCATOR + ATTENTION + DIAGNOSE
+# Added after the hidden checks were read, while building the cache that says no (stage5.grading.ex02.refusing):
+# correct builds that such a cache could have marked down if its answers depended on how often it is asked.
+LATER = [
+    _slip("ex02", "serve_answer", "asks_everyone_first", "(a correct build) every running sequence gets room, oldest first",
+          (_ROOM_START, "    while waiting or running:\n        short = [s for s in running if not cache.can_grow(s)]\n"
+                        "        for seq in list(running):\n")),
+    _slip("ex02", "serve_answer", "asks_twice", "(a correct build) when one cannot grow, the newest is preempted",
+          ("            while not cache.can_grow(seq):\n",
+           "            while not cache.can_grow(seq) and not cache.can_grow(seq):\n")),
+]
+
+# The wrong builds issue 41 found at full marks that the list above did not already hold, in the issue's words.
+LATER += [
+    _slip("ex02", "serve_answer", "victim_highest_id",
+          "the newest running sequence (the one admitted last: request ids are labels, not ages) is preempted",
+          ("                victim = running.pop()  # the newest\n",
+           "                victim = max(running, key=lambda s: s.id)  # the newest request\n"
+           "                running.remove(victim)\n")),
+    _slip("ex03", "diagnose_answer", "phase_latency_undivided",
+          "phase is whichever is larger, under either objective: the decode share is divided by the concurrency",
+          ("decode_share_s = prefill(prompt), output * plain / conc",
+           "decode_share_s = prefill(prompt), output * plain / (conc if dep[\"objective\"] == \"cost\" else 1)")),
+]
+
+SLIPS: list[Slip] = SERVE + STATIC + PAGED + CONTIGUOUS + ALLOCATOR + ATTENTION + DIAGNOSE + LATER
+
+#: Issue 41's classes of wrong builds at full marks, each with the slip that builds it (tests/test_found_at_full_marks.py).
+FOUND_AT_FULL_MARKS: dict[str, str] = {
+    "makes room newest first rather than oldest first": "room_newest_first",
+    "preempts the newest request (highest id) rather than the newest running sequence": "victim_highest_id",
+    "admits nobody in a step that preempted": "no_admission_after_preemption",
+    "gives a readmitted request its old place in the running batch (by id)": "readmitted_to_old_place",
+    "meters a step that preempts and readmits as a plain decode": "meter_swap_as_decode",
+    "slots() maps positions 5, 6, 7 to the slots of 0, 1, 2": "slots_prefill_from_zero",
+    "under the latency objective, phase does not divide the decode term by the concurrency": "phase_latency_undivided",
+    "prefix caching shortens the decode context as well as the prefill": "prefix_shortens_decode",
+}
 
 # Slips that cannot change anything graded, with the reason: these are alternative-correct builds, and the suite
 # fails if one of them loses marks (a grader that marked them down would fail a correct learner).
@@ -398,9 +434,17 @@ EQUIVALENT: dict[str, str] = {
                                "block per step, so one victim always makes room: `if` and `while` do the same",
     "release_keeps_start": "nothing reads seq.start of a released run (admit sets it again), and the text asks "
                            "only that the slots be free",
+    "asks_everyone_first": "a cache's answers do not depend on how often or how early it is asked, the course's "
+                           "cache that says no included",
+    "asks_twice": "a cache's answers do not depend on how often it is asked",
     "break_instead_of_error": "meter.result raises RuntimeError for the requests that never finished, which is the "
                               "error the rule asks for",
     "phase_tie_prefill": "an exact tie of two float times is not a deployment anyone grades (measure zero)",
+    "speculative_never_slows": "the best gain is at least prefix caching's, which is at least 1 (it only removes "
+                               "prefill tokens), and max() keeps the earlier lever on a tie: a speculative gain "
+                               "raised to 1 never wins",
+    "prefill_without_kv_write": "a prefill is bounded by its bytes only for prompts of a few hundred tokens, whose KV "
+                                "writes are a rounding error beside the weights; longer ones are bounded by FLOPs",
     "prefix_tokens_floor": "int and round differ by one prompt token; a prefill of a few tokens is bounded by reading "
                            "the weights, so the metric moves far less than the 5% a gain may be off",
 }
