@@ -147,6 +147,7 @@ class Meter:
         self.outputs: dict[int, list[int]] = {}
         self.produced = self.peak = self.prefills = self.preemptions = 0
         self.lengths: list[tuple[int, ...]] = []  # per step: len(tokens) of each sequence that ran
+        self.preempted_by: list[int] = []  # per step: preemptions so far (a victim readmitted in its own step shows)
         self.t0 = time.perf_counter()
         Meter.last = self  # the grader reads the lengths of the latest run from here
 
@@ -170,6 +171,7 @@ class Meter:
         self.produced += len(batch)
         self.step_context.append(sum(len(s.tokens) for s in batch))
         self.lengths.append(tuple(len(s.tokens) for s in batch))
+        self.preempted_by.append(self.preemptions)
         reserved = sum(cache.reserved(s) for s in batch)
         if reserved:
             self.utilization.append(sum(s.num_cached for s in batch) / reserved)

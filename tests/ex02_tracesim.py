@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from stage5.grading.ex02 import requests_of
+from stage5.grading.ex02 import refusing, requests_of
 
 
 def _fake_forward(model: Any, kv: Any, batch: list[Any], cache: Any) -> list[int]:
@@ -19,12 +19,13 @@ def _fake_forward(model: Any, kv: Any, batch: list[Any], cache: Any) -> list[int
 
 
 def simulate(ns: dict[str, Any], function: str, cache: str, workload: list[list[Any]], allocator: str,
-             num_blocks: int, block_size: int, max_batch: int, continuous: bool | None) -> Any:
-    """(trace, lengths, preemptions, blocks left taken) of the solution's (or a mutant's) loop, or the name of
-    the exception it raised."""
+             num_blocks: int, block_size: int, max_batch: int, continuous: bool | None,
+             refusals: list[list[int]] | None = None) -> Any:
+    """(trace, lengths, preemptions per step, blocks left taken) of the solution's (or a mutant's) loop, or the
+    name of the exception it raised; ``refusals`` as in :func:`stage5.grading.ex02.refusing`."""
     func = ns[function]
     func.__globals__["forward_step"] = _fake_forward
-    cls = ns[cache]
+    cls = refusing(ns[cache], refusals) if refusals else ns[cache]
     c = cls(num_blocks * block_size) if allocator == "contiguous" else cls(num_blocks, block_size)
     meter_cls = ns["Meter"]
     kwargs = {} if continuous is None else {"continuous": continuous}
@@ -36,4 +37,4 @@ def simulate(ns: dict[str, Any], function: str, cache: str, workload: list[list[
         func.__globals__["forward_step"] = ns["forward_step"]
     meter = meter_cls.last
     left = (c.blocks.num_blocks - c.blocks.num_free) if hasattr(c, "blocks") else (c.num_slots - c.num_free_slots)
-    return (tuple((k, tuple(i)) for k, i in result.trace), tuple(meter.lengths), result.preemptions, left)
+    return (tuple((k, tuple(i)) for k, i in result.trace), tuple(meter.lengths), tuple(meter.preempted_by), left)

@@ -74,14 +74,14 @@ def test_every_behaviour_changing_mutant_fails_a_hidden_check(capsys):
 
 def _hidden_serving_runs() -> list[tuple[Any, ...]]:
     """The serving runs the hidden blocks ask for (function, cache, workload, allocator, blocks, size, batch,
-    continuous), recorded by running those blocks with check_serving replaced by a recorder."""
+    continuous, refusals), recorded by running those blocks with check_serving replaced by a recorder."""
     import stage5.grading as grading
 
     runs: list[tuple[Any, ...]] = []
 
     def record(label, kernel, function, cache, workload, allocator, num_blocks, block_size, max_batch, continuous,
-               stuck=False):
-        runs.append((function, cache, workload, allocator, num_blocks, block_size, max_batch, continuous))
+               stuck=False, refusals=None):
+        runs.append((function, cache, workload, allocator, num_blocks, block_size, max_batch, continuous, refusals))
         return {"trace": []}
 
     patch = pytest.MonkeyPatch()

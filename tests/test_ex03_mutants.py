@@ -81,10 +81,11 @@ def _diagnose(diagnose_source: str, cells: dict[str, str]):
     return ns["Deployment"], ns["diagnose"]
 
 
-def _failed_checks(diagnose_source: str, cells: dict[str, str]) -> list[str]:
-    """The hidden B checks a ``diagnose`` built from this source fails (as the grader runs them)."""
+def _failures(diagnose_source: str, cells: dict[str, str]) -> dict[str, str]:
+    """The hidden B checks a ``diagnose`` built from this source fails (as the grader runs them), each with the
+    message of its first failure."""
     deployment, diagnose = _diagnose(diagnose_source, cells)
-    failed = []
+    failed = {}
     for gid, cases in sorted(_hidden_cases(cells).items()):
         fields = ["phase", "decode_bound"] if gid == "b1_phase_bound" else ["best_lever", "gain"]
         for case in cases:
@@ -94,10 +95,15 @@ def _failed_checks(diagnose_source: str, cells: dict[str, str]) -> list[str]:
                     got = diagnose(dict(dep))
                 check_diagnosis(gid, got, dep, fields=fields,
                                 **({} if gid == "b1_phase_bound" else {"gain_factor": FUNCTION_GAIN_FACTOR}))
-            except Exception:  # noqa: BLE001 - a failed check or a crash both fail it
-                failed.append(gid)
+            except Exception as err:  # noqa: BLE001 - a failed check or a crash both fail it
+                failed[gid] = str(err)
                 break
     return failed
+
+
+def _failed_checks(diagnose_source: str, cells: dict[str, str]) -> list[str]:
+    """The hidden B checks a ``diagnose`` built from this source fails."""
+    return list(_failures(diagnose_source, cells))
 
 
 @pytest.fixture(scope="module")

@@ -93,6 +93,43 @@ def _pool(cache: Any) -> dict[str, Any]:
     return {"free": int(blocks.num_free), "total": int(blocks.num_blocks), "counted": any(int(c) > 0 for c in values)}
 
 
+def refusing(cls: Any, refusals: list[list[int]]) -> Any:
+    """``cls`` (a paged cache class: the learner's, or the course's allocator for the reference run) whose
+    ``can_grow`` says no at chosen moments, as if the memory were briefly taken elsewhere: for each ``[id, n]`` of
+    ``refusals``, sequence ``id`` holding ``n`` tokens cannot grow until the loop releases a sequence. A refusal is
+    in force from the first time the loop asks; each release ends the releasing sequence's own refusal (it no longer
+    grows) and then the one in force longest (the memory given back goes to whoever waited first). Every other
+    answer is ``cls``'s own, so a victim that fits again is admitted again in the same step. The answers follow
+    what the loop does, not how often or how early it asks: a loop that asks every sequence before it preempts
+    anyone gets the same schedule as one that asks each in turn."""
+
+    class Refusing(cls):  # type: ignore[misc, valid-type]
+        def can_grow(self, seq: Any) -> bool:
+            key = (int(seq.id), len(seq.tokens))
+            if key in self._refusals and key not in self._lifted:
+                if key not in self._in_force:
+                    self._in_force.append(key)
+                return False
+            return super().can_grow(seq)
+
+        def release(self, seq: Any) -> None:
+            for key in [k for k in self._in_force if k[0] == int(seq.id)]:
+                self._in_force.remove(key)
+                self._lifted.add(key)
+            if self._in_force:
+                self._lifted.add(self._in_force.pop(0))
+            super().release(seq)
+
+    Refusing.__name__, Refusing.__qualname__ = cls.__name__, cls.__qualname__  # messages name the learner's class
+    Refusing._refusals = frozenset((int(i), int(n)) for i, n in refusals)
+
+    def build(*args: Any) -> Any:
+        cache = Refusing(*args)
+        cache._in_force, cache._lifted = [], set()
+        return cache
+    return build
+
+
 def _probe_contiguous(label: str, cls: Any) -> dict[str, Any]:
     import torch
 
@@ -106,7 +143,9 @@ def _probe_contiguous(label: str, cls: Any) -> dict[str, Any]:
     cache.release(seqs[1])
     cache.release(seqs[3])
     obs = {"starts": starts, "free": cache.num_free_slots, "fit11": cache.find_space(11),
-           "fit10": cache.find_space(10), "slots": _ints(label, cache.slots(seqs[2], torch.tensor([0, 9])))}
+           "fit10": cache.find_space(10), "slots": _ints(label, cache.slots(seqs[2], torch.tensor([0, 9]))),
+           # positions that do not start at 0: a run from the middle, and one token that is not the newest
+           "window": [_ints(label, cache.slots(seqs[2], torch.tensor(p))) for p in ([3, 4, 5], [6])]}
     # gaps of 15 slots (0..14) and 10 slots (25..34): first fit puts a 10-slot run at 0, best fit at 25
     cache = cls(50)
     seqs = [Sequence(Request(10 + i, (1, 2, 3), n - 3)) for i, n in enumerate((15, 10, 10, 15))]
@@ -176,26 +215,38 @@ def _probe_tables(label: str, cls: Any, num_blocks: int, block_size: int) -> dic
             refused += not cache.can_grow(seq)
             cache.grow(seq)
             snap(seq)
+    windows = []  # positions that do not start at 0: from the middle of the first block on, one token in the
+    for seq in seqs:  # middle, one that is not the newest, and some out of order
+        n = len(seq.tokens)
+        for positions in (list(range(block_size - 1, n)), [1], [block_size], [n - 2, 0, block_size + 1]):
+            windows.append([seq.id, n, positions, _ints(label, cache.slots(seq, torch.tensor(positions)))])
     for seq in seqs:
         cache.release(seq)
-    return {"snapshots": snapshots, "refused": refused, "emptied": all(not s.block_table for s in seqs),
+    return {"snapshots": snapshots, "windows": windows, "refused": refused, "emptied": all(not s.block_table for s in seqs),
             "pool": _pool(cache)}
 
 
 def _probe_serving(label: str, func: Any, cls: Any, workload: list[list[Any]], allocator: str, num_blocks: int,
                    block_size: int, max_batch: int, continuous: bool | None, model_seed: int = 0,
-                   stuck: bool = False) -> dict[str, Any]:
+                   stuck: bool = False, refusals: list[list[int]] | None = None) -> dict[str, Any]:
     """One run of the learner's loop on a hidden workload, as plain data (and, with ``stuck``, what the loop does
-    with a request its pool can never hold: :func:`_probe_stuck`)."""
+    with a request its pool can never hold: :func:`_probe_stuck`; with ``refusals``, through the learner's cache
+    made to say no at chosen moments: :func:`refusing`)."""
     if stuck:
         return {**_probe_serving(label, func, cls, workload, allocator, num_blocks, block_size, max_batch,
-                                 continuous, model_seed),
+                                 continuous, model_seed, refusals=refusals),
                 "stuck": _probe_stuck(label, func, cls, allocator, continuous)}
     from stage5.engine.checkpoints import tiny_model
     from stage5.loop_kit import Meter
 
     model = tiny_model(model_seed)
     requests = requests_of(workload)
+    if refusals:
+        if not isinstance(cls, type):
+            raise GradingError(f"{label}: the cache should be the class the skeleton defines, not a "
+                               f"{type(cls).__name__}: this check extends your class so that can_grow says no at "
+                               "chosen moments")
+        cls = refusing(cls, refusals)
     cache = cls(num_blocks * block_size) if allocator == "contiguous" else cls(num_blocks, block_size)
     kwargs = {} if continuous is None else {"continuous": continuous}
     Meter.last = None
@@ -210,7 +261,7 @@ def _probe_serving(label: str, func: Any, cls: Any, workload: list[list[Any]], a
         # the steps before the crash, so the grader can name the first rule the run broke
         return {"crashed": f"{type(err).__name__}: {err}"[:300],
                 "trace": [[kind, [int(i) for i in ids]] for kind, ids in meter.trace],
-                "lengths": [list(x) for x in meter.lengths]}
+                "lengths": [list(x) for x in meter.lengths], "preempted_by": [int(n) for n in meter.preempted_by]}
     meter = Meter.last
     outputs = getattr(result, "outputs", None)
     if not isinstance(outputs, Mapping) or meter is None:
@@ -218,6 +269,7 @@ def _probe_serving(label: str, func: Any, cls: Any, workload: list[list[Any]], a
     return {"outputs": {str(k): [int(t) for t in v] for k, v in outputs.items()},
             "trace": [[kind, [int(i) for i in ids]] for kind, ids in result.trace],
             "lengths": [list(x) for x in meter.lengths], "preemptions": int(result.preemptions),
+            "preempted_by": [int(n) for n in meter.preempted_by],
             "kv_utilization": float(result.kv_utilization), "pool": _pool(cache),
             "num_slots": int(getattr(cache, "num_slots", num_blocks * block_size))}
 
@@ -295,6 +347,10 @@ def check_contiguous(label: str, kernel: Any) -> None:
         raise GradingError(f"{label}: find_space must return the lowest gap that is long enough")
     if obs["slots"] != [20, 29]:
         raise GradingError(f"{label}: slots() must add the position to the run's first slot")
+    if obs["window"] != [[23, 24, 25], [26]]:
+        raise GradingError(f"{label}: slots(seq, positions) for positions that do not start at 0 (3, 4, 5 of a run "
+                           "starting at slot 20, then 6 alone) must give seq.start + each position asked, in order: "
+                           "not the first slots of the run, and not the newest token's")
     if obs["first_fit"] != [0, "ok", 0]:
         raise GradingError(f"{label}: with a 15-slot gap at slot 0 and a 10-slot gap further on, a 10-slot run goes "
                            "at 0: first fit takes the lowest gap that is long enough, not the tightest (best fit)")
@@ -365,6 +421,15 @@ def check_block_tables(label: str, kernel: Any, block_size: int = 4, num_blocks:
             raise GradingError(f"{label}: slots() does not follow the block table: block_table[i] holds the tokens "
                                "i*B .. (i+1)*B - 1 in order, and block b owns the slots b*B .. b*B + B - 1 "
                                "(B = block_size)")
+    for seq_id, n, positions, slots in obs["windows"]:
+        table = next(t for i, _, t, _ in reversed(obs["snapshots"]) if i == seq_id)
+        want = [table[p // block_size] * block_size + p % block_size for p in positions]
+        if slots != want:
+            shown = ", ".join(map(str, positions[:3])) + (", ..." if len(positions) > 3 else "")
+            raise GradingError(f"{label}: slots(seq, positions) for positions that do not start at 0 (here "
+                               f"{shown} of a sequence of {n} tokens, blocks of {block_size}) must follow the block "
+                               "table for each position asked, in the order asked: position p is slot "
+                               "block_table[p // B] * B + p % B, whether it is the newest token or not")
     final: dict[int, list[int]] = {}
     for seq_id, _, table, _ in obs["snapshots"]:
         final[seq_id] = table
@@ -386,17 +451,26 @@ _MODELS: dict[int, Any] = {}
 
 
 def reference_trace(workload: list[list[Any]], allocator: str, scheduler: str, num_blocks: int, block_size: int,
-                    max_batch: int, model_seed: int = 0) -> Any:
+                    max_batch: int, model_seed: int = 0, refusals: list[list[int]] | None = None) -> Any:
     """The course engine's :class:`RunResult` for a hidden workload, cached per workload and build in the grader's
-    process (a class's submissions share the same reference runs)."""
+    process (a class's submissions share the same reference runs). ``refusals``: through the engine's own paged
+    allocator made to say no at the same moments as the learner's cache (:func:`refusing`)."""
     from stage5.engine.checkpoints import tiny_model
     from stage5.engine.engine import Engine
+    from stage5.engine.kv import PagedAllocator
+    from stage5.engine.scheduler import Scheduler
 
-    key = (repr(workload), allocator, scheduler, num_blocks, block_size, max_batch, model_seed)
+    key = (repr(workload), allocator, scheduler, num_blocks, block_size, max_batch, model_seed, repr(refusals))
     if key not in _REFERENCE_RUNS:
         model = _MODELS.setdefault(model_seed, tiny_model(model_seed))
-        _REFERENCE_RUNS[key] = Engine(model, model.cfg, allocator, scheduler, num_blocks=num_blocks,
-                                      block_size=block_size, max_batch=max_batch).run(requests_of(workload))
+        engine = Engine(model, model.cfg, allocator, scheduler, num_blocks=num_blocks, block_size=block_size,
+                        max_batch=max_batch)
+        if refusals:
+            if allocator != "paged":
+                raise ValueError("refusals are for a paged cache (a contiguous one always has room to grow)")
+            engine.alloc = refusing(PagedAllocator, refusals)(num_blocks, block_size)
+            engine.scheduler = Scheduler(engine.alloc, max_batch, static=scheduler == "static")
+        _REFERENCE_RUNS[key] = engine.run(requests_of(workload))
     return _REFERENCE_RUNS[key]
 
 
@@ -428,9 +502,54 @@ def _reference_lengths(ref: Any, requests: list[Any]) -> list[list[int]]:
     return out
 
 
+def _per_step(cumulative: list[int]) -> list[int]:
+    return [n - (cumulative[i - 1] if i else 0) for i, n in enumerate(cumulative)]
+
+
+def _readmission_hint(got: Mapping[str, Any], ref: Any, t: int) -> str | None:
+    """Step ``t`` of the reference preempted and readmitted a victim in the same step (which shows in the trace
+    only as a prefill step): why the learner's step differs, or None if it is not that."""
+    log = getattr(ref, "steps_log", None)
+    if not log or t >= len(log) or t >= len(got["trace"]) or "preempted_by" not in got:
+        return None
+    before = list(log[t - 1].ids) if t else []
+    back = [i for i in log[t].admitted if i in before]  # victims of this very step, admitted again
+    if not back:
+        return None
+    step, names = f"step {t + 1}", ", ".join(map(str, back))
+    r_pre, g_pre = _per_step([r.preemptions for r in log])[t], _per_step(got["preempted_by"])[t]
+    kind, ids = got["trace"][t][0], list(got["trace"][t][1])
+    if g_pre != r_pre:
+        return None  # the preemptions themselves differ: the general hints name that
+    if set(ids) == set(log[t].ids) and ids != list(log[t].ids):
+        kept = [i for i in before if i not in back]  # the survivors keep their order; the readmitted follow them
+        if ids[:len(kept)] != kept:
+            return (f"{step}: you preempted a different sequence than the rule says (it came back in the same step, "
+                    "at the end of the batch): the victim is the newest running sequence, the one admitted last; "
+                    "request ids are labels, not ages")
+        return (f"{step}: the victims of this step came back in the wrong order: each victim goes to the front of the "
+                "queue as it is preempted, so the oldest of them leads and is admitted again first")
+    if set(ids) == set(log[t].ids) and kind != log[t].kind:
+        return (f"{step}: sequence {names} was preempted and admitted again in this same step, so the step "
+                "admitted someone: meter.step's `admitted` is true in every step that admitted anyone, a victim "
+                "readmitted in its own step included (its whole history is recomputed in a prefill), even when the "
+                "batch is no larger than before")
+    if set(ids) - set(log[t].ids) and not set(back) <= set(ids):
+        return (f"{step}: a newer request was admitted while sequence {names}, preempted in this very step, was "
+                "waiting: a victim goes back to the front of the queue, so nothing overtakes it")
+    if not set(back) & set(ids) and not set(ids) - set(log[t].ids):
+        return (f"{step}: sequence {names} was preempted in this step and then fit again (can_admit said yes), but "
+                "your loop did not admit it: admission comes after making room in every step, and a victim of this "
+                "very step is admitted again like any other head of the queue")
+    return None
+
+
 def _schedule_hint(got: Mapping[str, Any], ref: Any, requests: list[Any], t: int, block_size: int,
                    allocator: str) -> str:
     """Why step ``t`` (0-based) of the learner's run differs from the reference's."""
+    readmitted = _readmission_hint(got, ref, t)
+    if readmitted:
+        return readmitted
     gtrace = [(k, list(ids)) for k, ids in got["trace"]]
     rtrace = [(k, list(ids)) for k, ids in ref.trace]
     g_join, _, g_pre = _events(gtrace)
@@ -450,8 +569,10 @@ def _schedule_hint(got: Mapping[str, Any], ref: Any, requests: list[Any], t: int
         if g_pre[t] and r_pre[t] and g_pre[t] != r_pre[t]:
             order = [i for i in before if i not in (g_pre[t] | r_pre[t])]
             if min(before.index(i) for i in g_pre[t]) < min(before.index(i) for i in r_pre[t]) or not order:
+                ids_note = (" (request ids are labels, not ages: the highest id is not the newest)"
+                            if max(g_pre[t]) == max(before) != max(r_pre[t]) else "")
                 return (f"{step}: you preempted an older sequence than the rule says: the victim is the newest running "
-                        "sequence (the last one admitted), so the oldest keep their place")
+                        f"sequence (the last one admitted), so the oldest keep their place{ids_note}")
             return f"{step}: a different sequence was preempted: the victim is the newest running sequence"
         if g_pre[t] and not r_pre[t]:
             growing = [n for i, n in zip(before, lengths[t - 1], strict=False) if i not in g_pre[t]]
@@ -485,9 +606,13 @@ def _schedule_hint(got: Mapping[str, Any], ref: Any, requests: list[Any], t: int
                         "running sequences need next (can_admit)")
             return f"{step}: you admitted different requests: admit oldest first, in the order of the queue"
         if gtrace[t][1] != rtrace[t][1]:
-            return f"{step}: the batch is in a different order: keep `running` in the order sequences were admitted"
+            ids_note = (": a readmitted sequence joins the end, like any admission, whatever its id (request ids are "
+                        "labels, not ages)" if gtrace[t][1] == sorted(gtrace[t][1]) else "")
+            return (f"{step}: the batch is in a different order: keep `running` in the order sequences were "
+                    f"admitted{ids_note}")
         if gtrace[t][0] != rtrace[t][0]:
-            return f"{step}: meter.step's `admitted` flag is wrong: it is true only in a step that admitted someone"
+            return (f"{step}: meter.step's `admitted` flag is wrong: it is true exactly in the steps that admitted "
+                    "someone")
     ref_lengths = _reference_lengths(ref, requests)
     if t < len(lengths) and t < len(ref_lengths) and lengths[t] != ref_lengths[t]:
         shorter = [i for i, (a, b) in enumerate(zip(lengths[t], ref_lengths[t], strict=False)) if a < b]
@@ -535,15 +660,18 @@ def _crash_hint(got: Mapping[str, Any], ref: Any, requests: list[Any], block_siz
 
 def check_serving(label: str, kernel: Any, function: str, cache: str, workload: list[list[Any]], allocator: str,
                   num_blocks: int, block_size: int, max_batch: int, continuous: bool | None,
-                  stuck: bool = False) -> dict[str, Any]:
+                  stuck: bool = False, refusals: list[list[int]] | None = None) -> dict[str, Any]:
     """Run the learner's loop ``function`` with their ``cache`` class on a hidden workload, in their kernel, and
     compare the run with the reference engine's exactly: tokens, pool left empty, who ran in every step, every
-    sequence's length, preemptions and K/V utilisation. Returns the learner's observations."""
+    sequence's length, preemptions and K/V utilisation. ``refusals``: the cache says no to ``can_grow`` at those
+    moments (:func:`refusing`), on both sides. Returns the learner's observations."""
     spec = {"workload": workload, "allocator": allocator, "num_blocks": num_blocks, "block_size": block_size,
             "max_batch": max_batch, "continuous": continuous, "stuck": stuck}
+    if refusals:
+        spec["refusals"] = refusals
     got = kernel.drive(label, "serving", [function, cache], spec)
     scheduler = "static" if not continuous else "continuous"
-    ref = reference_trace(workload, allocator, scheduler, num_blocks, block_size, max_batch)
+    ref = reference_trace(workload, allocator, scheduler, num_blocks, block_size, max_batch, refusals=refusals)
     requests = requests_of(workload)
     if "crashed" in got:
         raise GradingError(f"{label}: {_crash_hint(got, ref, requests, block_size, allocator)}")
@@ -576,6 +704,15 @@ def check_serving(label: str, kernel: Any, function: str, cache: str, workload: 
                  or got["lengths"][t] != ref_lengths[t]), None)
     if diff is not None:
         raise GradingError(f"{label}: {_schedule_hint(got, ref, requests, diff, block_size, allocator)}")
+    log = getattr(ref, "steps_log", None)
+    if log and got.get("preempted_by") and len(got["preempted_by"]) == len(log):
+        mine, rules = _per_step(got["preempted_by"]), _per_step([r.preemptions for r in log])
+        t = next((i for i, (a, b) in enumerate(zip(mine, rules, strict=True)) if a != b), None)
+        if t is not None and refusals:
+            raise GradingError(f"{label}: step {t + 1}: meter.preempted() was called {mine[t]} time(s) where the rules "
+                               f"preempt {rules[t]} (a victim that fits again comes back in the same step, so only "
+                               "the count shows it): make room oldest first, preempt the newest running sequence only "
+                               "while the one asking cannot grow, and count each victim once")
     if got["preemptions"] != ref.preemptions:
         raise GradingError(f"{label}: the schedule is right but meter.preempted() was called "
                            f"{'too often' if got['preemptions'] > ref.preemptions else 'too rarely'}: once per "
@@ -914,13 +1051,13 @@ RULES: dict[str, str] = {
         "Free every block of the table (one owner fewer each) and leave the table empty; a sequence whose table "
         "is already empty gives back nothing.",
     "PagedCache.slots":
-        "The slots holding tokens `positions` (a 1-D tensor) of `seq`, through its block table: position p is "
-        "slot block_table[p // block_size] * block_size + p % block_size.",
+        "The slots holding tokens `positions` (a 1-D tensor: any of seq's positions, in any order) of `seq`, "
+        "through its block table: position p is slot block_table[p // block_size] * block_size + p % block_size.",
     "serve":
         "The iteration-level loop. Every step: make room for the running sequences, oldest first (when one cannot "
-        "grow, preempt the newest running sequence, again and again until it can or was itself the victim; each "
-        "victim goes to the front of the queue as it is preempted, so after a step with several victims the "
-        "oldest of them leads); then admit (continuous: every step; static: only when nothing runs) from the head "
+        "grow, preempt the newest running sequence (the one admitted last), again and again until it can or was "
+        "itself the victim; each victim goes to the front of the queue as it is preempted, so after a step with "
+        "several victims the oldest of them leads); then admit (continuous: every step; static: only when nothing runs) from the head "
         "of the queue, never skipping it, while fewer than max_batch run and cache.can_admit(head, "
         "len(running)), a victim of this very step included; run one forward, append the new tokens, retire the "
         "finished ones. Nothing running and nothing admissible: RuntimeError.",

@@ -51,9 +51,14 @@ def describe_deployment(dep: Mapping[str, Any]) -> str:
 
     slo = dep.get("tpot_slo_s", levers.DEFAULT_TPOT_SLO_S)
     slo_text = "" if slo == levers.DEFAULT_TPOT_SLO_S else f", TPOT SLO {slo * 1e3:g} ms"
+    # the lever inputs too, where they are not the Deployment defaults (prefix_hit 0.5, alpha 0.7, k 4)
+    hit = dep.get("prefix_hit", 0.5)
+    levers_text = "" if hit == 0.5 else f", prefix hit {hit:g}"
+    if (dep.get("alpha", 0.7), dep.get("k", 4)) != (0.7, 4):
+        levers_text += f", draft alpha {dep.get('alpha', 0.7):g} k {dep.get('k', 4)}"
     return (f"{dep['model']} on {dep['num_gpus']} x {dep['gpu']}, prompt {dep['prompt']:,}, output {dep['output']:,}, "
-            f"concurrency {dep['concurrency']}, {dep.get('weights', 'bf16')} weights, {dep.get('kv', 'bf16')} KV, "
-            f"objective {dep['objective']}{slo_text}")
+            f"concurrency {dep['concurrency']}, {dep.get('weights', 'bf16')} weights, {dep.get('kv', 'bf16')} KV"
+            f"{levers_text}, objective {dep['objective']}{slo_text}")
 
 
 def _lever_hint(got: str, ref: Any, dep: Mapping[str, Any]) -> str:
@@ -80,7 +85,8 @@ def _lever_hint(got: str, ref: Any, dep: Mapping[str, Any]) -> str:
         return ("FP8 halves the bytes of whatever is quantized, but not the time of a compute-bound step or of a "
                 "part already in 8 bits: count the weight and KV traffic (and the FLOPs) before and after")
     if dep["objective"] == "latency":
-        return "under the latency objective a larger batch makes every step slower for each user"
+        return ("under the latency objective a larger batch makes every step slower for each user, and batching "
+                "never lowers the concurrency below the stated one (not even when that batch misses the TPOT limit)")
     return ("batching is limited here: by the KV memory at the full sequence length and by the TPOT limit; "
             "check how far concurrency can actually rise and what each step then costs")
 
@@ -123,8 +129,10 @@ def check_diagnosis(name: str, got: Any, dep: Mapping[str, Any], fields: Iterabl
     ref = reference_diagnosis(dep)
     got = {key: _label(value) for key, value in got.items()}  # "Batching", "Decode" read as the label they name
     if "phase" in fields and got["phase"] != ref.phase:
+        latency = (": under the latency objective too, since phase is about deployment-seconds, not the time a "
+                   "user waits" if dep.get("objective") == "latency" else "")
         raise GradingError(f"{label}: phase is wrong: compare the prefill seconds of one request with its share of "
-                           "decode (output x step time / concurrency), KV reads included in the step")
+                           f"decode (output x step time / concurrency), KV reads included in the step{latency}")
     if "decode_bound" in fields and got["decode_bound"] != ref.decode_bound:
         # the course's step (chapter 2): KV / bandwidth + max(weights / bandwidth, FLOPs / FLOP/s); the bound is
         # the larger term inside the max, so the KV reads add to the step without deciding it
@@ -141,11 +149,14 @@ def check_diagnosis(name: str, got: Any, dep: Mapping[str, Any], fields: Iterabl
             size = f"{gain_factor:g}x" if gain_factor >= 1.5 else f"{gain_factor - 1:.0%}"
             if ref.best_lever == "batching" and direction == "too large":
                 hint = ("the batch cannot rise past what fits in KV memory (prompt + output tokens of KV per "
-                        "sequence, after the weights and the reserve), and each step reads every sequence's KV: "
-                        "did you leave out one of them?")
+                        "sequence, after the weights and the reserve of 8 GiB = 8 x 2^30 bytes per GPU), and each "
+                        "step reads every sequence's KV: did you leave out one of them?")
             elif ref.best_lever == "batching":
                 hint = ("the batch can rise to whatever fits in KV memory and meets the TPOT limit: did you stop "
                         "short of either, or count the KV reads at the full rather than the mean context?")
+            elif ref.best_lever == "prefix_caching" and direction == "too large":
+                hint = ("prefix caching computes fewer prompt tokens and changes nothing else: each decode step "
+                        "still reads the whole context's KV, the cached prefix included")
             else:
                 hint = "re-check the step time before and after the lever"
             raise GradingError(f"{label}: the gain is {direction} by more than {size}: {hint}")

@@ -17,6 +17,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from ex02_mutants import _ATTEND_LOOP as ATTEND_LOOP  # noqa: E402 - the mutation test's own texts
 from ex02_mutants import _FLATTENED as FLATTENED  # noqa: E402
 from ex02_mutants import _GROW_LOOP as GROW_LOOP  # noqa: E402
+from learner_slips import SLIPS  # noqa: E402 - the structural slips (tests/learner_slips.py)
 
 REPO = Path(__file__).resolve().parents[2]
 HERE = Path(__file__).resolve().parent
@@ -50,6 +51,10 @@ def ex02():
                  "    \"\"\"The course's own allocator, renamed.\"\"\"\n")
     def variant(gid, *replacements):
         return {gid: answer_source(good, gid, *replacements)}
+
+    def slip(name):
+        found = next(s for s in SLIPS if s.name == name)
+        return variant(found.cell, *found.edits)
 
     # the scheduling slips a held-out set of learners made, each alone; the hidden runs must name every one
     wrong_schedules = {
@@ -99,6 +104,11 @@ def ex02():
         "static_mutates_while_iterating": variant("static_answer", (
             "        for seq, token in zip(batch, next_tokens, strict=True):",
             "        for seq, token in zip(running, next_tokens):")),
+        # builds an instructor found at full marks: a victim of this step left waiting although it fits again,
+        # the "newest" read as the highest id, and slots() that maps a run of positions to 0, 1, 2, ...
+        "readmit_next_step": slip("no_admission_after_preemption"),
+        "victim_highest_id": slip("victim_highest_id"),
+        "slots_from_zero": slip("slots_prefill_from_zero"),
     }
     # correct builds by another route: full marks
     right_alternatives = {

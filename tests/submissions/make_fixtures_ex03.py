@@ -10,10 +10,19 @@ from __future__ import annotations
 import copy
 import json
 import re
+import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(REPO / "tests"))
+from learner_slips import SLIPS  # noqa: E402 - the structural slips (tests/learner_slips.py)
+
+
+def slip_source(good, name):
+    """The solution's answer cell with one slip of tests/learner_slips.py applied."""
+    found = next(s for s in SLIPS if s.name == name)
+    return found.cell, diagnose_source(good, *found.edits)
 
 
 def _gid(cell):
@@ -98,6 +107,10 @@ def ex03():
         "no_kv_traffic": fill(good, diagnose_answer=no_kv),
         "delegates": fill(good, diagnose_answer=delegates),
         "crash": fill(good, diagnose_answer=crash),
+        # builds an instructor found at full marks: the phase read off the latency metric, and prefix caching that
+        # shortens the decode context too
+        "latency_phase": fill(good, diagnose_answer=slip_source(good, "phase_latency_undivided")[1]),
+        "prefix_decode": fill(good, diagnose_answer=slip_source(good, "prefix_shortens_decode")[1]),
         # correct by another route: labels as a reader writes them (capitals, spaces, hyphens); the visible
         # check_format must accept them too, as the hidden check does
         "capital_labels": fill(good, a1_prediction_answer='prediction_chat = {"phase": "Decode", "decode_bound": '
