@@ -224,4 +224,9 @@ SECOND: list[Slip] = [
 #   flat in the batch, so the gain moves past 5% only where the step at the stated concurrency already
 #   exceeds tpot_slo_s (slow chips: llama3-8b on one L4, prompt 128, output 8, concurrency 1 turns the best
 #   lever from speculative 2.0x into batching 7.9x; 54 of 26,928 grid deployments tried differ).
-SECOND_EQUIVALENT: dict[str, str] = {}
+SECOND_EQUIVALENT: dict[str, str] = {
+    # found at full marks when the lead wired this list in, then read: not the slip its name says
+    "admitted-means-batch-grew": "`before` is counted after the victims have left `running`, where `admitted = False` "
+                                 "stood, and admission only appends; so the batch grew since then exactly when "
+                                 "someone was admitted, a readmitted victim included: the same flag as the reference's",
+}

@@ -28,7 +28,7 @@ NEAREST = {"contiguous_answer": ["p1_contiguous_cache", "p1_static_loop", "p3_co
            "static_answer": ["p1_static_loop", "p2_paged_static"],
            "allocator_answer": ["p2_block_allocator"],
            "paged_answer": ["p2_block_tables", "p2_paged_static", "p3_preemption"],
-           "serve_answer": ["p3_preemption", "p3_continuous"]}
+           "serve_answer": ["p3_preemption", "p3_continuous"], "measure_answer": ["p4_table"]}
 #: Scheduling rules the hidden serving workloads must show in the schedule itself (who runs, how long, preemptions),
 #: not only through a probe or the tokens.
 SCHEDULE_CELLS = ("contiguous_answer", "static_answer", "paged_answer", "serve_answer")
