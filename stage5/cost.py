@@ -10,7 +10,8 @@ Three modes share these formulas (:data:`MODES`). They differ only in how fast t
 and which terms are charged.
 
 ``floor`` (:func:`floor_deployment`): the physics at the datasheet's peak, with no efficiency factor. Bytes /
-peak bandwidth and FLOPs / peak FLOP/s (an MFU of 1), overlapped perfectly (the step takes the larger), with
+peak bandwidth and FLOPs / peak FLOP/s (an MFU of 1, at the fastest tensor format a kernel can use for the
+deployment's precision, whatever its accumulation: :func:`tensor_format`), overlapped perfectly (the step takes the larger), with
 prefill's causal attention FLOPs counted and only the input-embedding rows a step looks up read; communication
 between GPUs is free (charging the link bytes over the link bandwidth could only raise it). Nothing in it can
 run faster on the hardware; ``python -m stage5 validate`` checks that no published measurement beats it.
@@ -43,7 +44,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from stage5 import inputs
-from stage5.hardware import GiB, Hardware, get_gpu
+from stage5.hardware import MATMULS, GiB, Hardware, get_gpu
 from stage5.models import ModelConfig, get_model
 
 ArrayLike = float | int | np.ndarray
@@ -210,7 +211,9 @@ class Deployment:
     (total over the GPUs) overrides all three. ``num_gpus`` must be a tensor-parallel degree the model allows
     (:func:`tp_allowed`). ``estimate``: ``None`` prices the simple estimate (the source text's formulas at ``mfu``);
     an :class:`Estimate` adds the terms a real server pays (its MFUs replace ``mfu``). :func:`floor_deployment`
-    turns any deployment into its floor.
+    turns any deployment into its floor. ``matmul``: the precision the matmuls run at (a key of
+    :data:`stage5.hardware.MATMULS`: "16-bit", "fp8", "int8", "fp4"); ``None`` goes by the weight width, 1 byte
+    FP8 and anything else 16-bit (:func:`matmul_precision`).
     """
 
     model: ModelConfig
@@ -223,6 +226,7 @@ class Deployment:
     estimate: Estimate | None = None
     memory_utilization: float = GPU_MEMORY_UTILIZATION
     memory_policy: str = "fixed"
+    matmul: str | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.num_gpus, (int, np.integer)) or isinstance(self.num_gpus, bool) or self.num_gpus < 1:
@@ -235,6 +239,9 @@ class Deployment:
         inputs.positive(self.memory_utilization, "memory_utilization (a share of GPU memory)", maximum=1.0)
         if self.memory_policy not in MEMORY_POLICIES:
             raise ValueError(f"memory_policy {self.memory_policy!r} is not known; accepted: {', '.join(MEMORY_POLICIES)}")
+        if self.matmul is not None and self.matmul not in MATMULS:
+            raise ValueError(f"matmul {self.matmul!r} is not a matmul precision; accepted: None (by the weight width) "
+                             f"or one of {', '.join(MATMULS)}")
         check_tp(self.model, int(self.num_gpus))
 
     @classmethod
@@ -250,8 +257,9 @@ class Deployment:
 
     @property
     def flops(self) -> float:
-        """Achieved aggregate FLOP/s: dense peak for the weight format x MFU x GPUs."""
-        return self.gpu.flops(self.weight_bytes) * self.mfu * self.num_gpus
+        """Achieved aggregate FLOP/s: the dense peak the mode prices the matmuls at (:func:`tensor_format`) x MFU x
+        GPUs."""
+        return tensor_format(self)[1] * self.mfu * self.num_gpus
 
     @property
     def memory_bytes(self) -> float:
@@ -309,13 +317,34 @@ def mode_of(dep: Deployment) -> str:
     return "floor" if is_floor(dep) else "estimate"
 
 
+def matmul_precision(dep: Deployment) -> str:
+    """The precision ``dep``'s matmuls run at: ``dep.matmul``, or by the weight width when it is None (1 byte: FP8
+    weights and activations, W8A8; anything else: 16 bits, the weight-only formats dequantizing to it)."""
+    if dep.matmul is not None:
+        return dep.matmul
+    return "fp8" if dep.weight_bytes == 1.0 else "16-bit"
+
+
+def tensor_format(dep: Deployment) -> tuple[str, float]:
+    """(tensor format, dense peak FLOP/s per GPU) the mode prices ``dep``'s matmuls at (:data:`TENSOR_FORMATS`).
+
+    The floor takes the fastest format a kernel can run the deployment's matmuls in, whatever the accumulation
+    (:meth:`stage5.hardware.Hardware.matmul_rate` with ``fastest``): on an RTX 4090, FP16 with FP16 accumulation at
+    twice the FP32-accumulation rate. The simple estimate and the estimate assume FP32 accumulation, which is what
+    PyTorch's and cuBLASLt's GEMMs use; they say so (:data:`MODE_MEANINGS`)."""
+    return dep.gpu.matmul_rate(matmul_precision(dep), fastest=is_floor(dep))
+
+
 # The modes, in the order a reader meets them: the simple estimate (chapters 1-8, the CLI's default), the full
 # estimate (chapter 9), and the floor (the physics at peak, no efficiency factor: a lower bound).
 MODES = ("simple", "estimate", "floor")
 MODE_MEANINGS = {
-    "simple": "the simple estimate: the course's formulas at a fixed MFU, attention's KV reads added",
-    "estimate": "the estimate: the simple estimate plus the terms of stage5.cost.Estimate",
-    "floor": "the floor: the physics at the datasheet's peak (MFU 1, full bandwidth); no server runs faster",
+    "simple": "the simple estimate: the course's formulas at a fixed MFU, attention's KV reads added, matmuls at the "
+              "FP32-accumulation peak",
+    "estimate": "the estimate: the simple estimate plus the terms of stage5.cost.Estimate, matmuls at the "
+                "FP32-accumulation peak",
+    "floor": "the floor: the physics at the datasheet's peak (MFU 1, full bandwidth, the fastest tensor format any "
+             "kernel can use for the deployment's precision); no server runs faster",
 }
 
 
@@ -439,7 +468,7 @@ def achieved_flops(dep: Deployment, phase: str) -> float:
     if dep.estimate is None:
         return dep.flops
     mfu = dep.estimate.prefill_mfu if phase == "prefill" else dep.estimate.decode_mfu
-    return dep.gpu.flops(dep.weight_bytes) * mfu * dep.num_gpus
+    return tensor_format(dep)[1] * mfu * dep.num_gpus
 
 
 # The engine's own all-reduce inside one NVLink domain, as vLLM runs it (csrc/custom_all_reduce.cuh,

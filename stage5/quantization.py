@@ -30,7 +30,7 @@ below 2x.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -52,9 +52,14 @@ class WeightFormat:
     key: str
     label: str
     bits: int
-    low_precision_matmul: bool
+    matmul: str  # the precision its matmuls run at, a key of stage5.hardware.MATMULS
     group_size: int = 0
     scale_bytes: float = 0.0
+
+    @property
+    def low_precision_matmul(self) -> bool:
+        """Whether the matmuls run below 16 bits (W8A8, W4A4), at a low-precision tensor-core rate."""
+        return self.matmul != "16-bit"
 
     @property
     def bytes(self) -> float:
@@ -63,16 +68,18 @@ class WeightFormat:
 
 
 WEIGHT_FORMATS: dict[str, WeightFormat] = {f.key: f for f in (
-    WeightFormat("bf16", "BF16", 16, False),
-    WeightFormat("fp8", "FP8 (W8A8-FP)", 8, True),
-    WeightFormat("int8", "INT8 (W8A8-INT)", 8, True),
-    WeightFormat("w8a16", "8-bit weights only (W8A16)", 8, False),
+    WeightFormat("bf16", "BF16", 16, "16-bit"),
+    WeightFormat("fp8", "FP8 (W8A8-FP)", 8, "fp8"),
+    WeightFormat("int8", "INT8 (W8A8-INT)", 8, "int8"),
+    WeightFormat("w8a16", "8-bit weights only (W8A16)", 8, "16-bit"),
     # GPTQ and AWQ checkpoints store 4-bit weights with one FP16 scale per group of 128 weights along the input
     # dimension (GPTQ, Frantar et al. 2023, and AWQ, Lin et al. 2024, both evaluate group size 128; it is the
     # default of AutoAWQ's and AutoGPTQ's quantize configs). Zero points, where a checkpoint keeps them, add
     # 4 bits per group more (0.4% here) and are left out.
-    WeightFormat("int4", "INT4 weights only (W4A16, FP16 scale per 128)", 4, False, group_size=128, scale_bytes=2.0),
-    WeightFormat("int4-g32", "INT4 weights only (W4A16, FP16 scale per 32)", 4, False, group_size=32, scale_bytes=2.0),
+    WeightFormat("int4", "INT4 weights only (W4A16, FP16 scale per 128)", 4, "16-bit", group_size=128,
+                 scale_bytes=2.0),
+    WeightFormat("int4-g32", "INT4 weights only (W4A16, FP16 scale per 32)", 4, "16-bit", group_size=32,
+                 scale_bytes=2.0),
 )}
 
 KV_FORMATS: dict[str, float] = {"bf16": 2.0, "fp8": 1.0, "int8": 1.0}
@@ -112,13 +119,13 @@ def kv_format(key: str) -> float:
 
 
 def gpu_for(gpu: str | Hardware, weights: str) -> Hardware:
-    """The accelerator as the format sees it: weight-only formats lose the low-precision matmul rate.
+    """The accelerator as the format sees it: weight-only formats lose the low-precision matmul rates.
 
     (:meth:`Hardware.flops` grants the FP8 rate to every 1-byte width; a W8A16 kernel dequantizes to BF16
-    and multiplies at the BF16 rate, so that rate is removed here.)
+    and multiplies at the BF16 rate, so those rates are removed here.)
     """
     hw = get_gpu(gpu)
-    return hw if weight_format(weights).low_precision_matmul else replace(hw, flops_fp8=None)
+    return hw if weight_format(weights).low_precision_matmul else hw.without_low_precision()
 
 
 def deployment(model: str | ModelConfig, gpu: str | Hardware, num_gpus: int = 1, weights: str = "bf16",
@@ -126,7 +133,7 @@ def deployment(model: str | ModelConfig, gpu: str | Hardware, num_gpus: int = 1,
     """A :class:`stage5.cost.Deployment` with the weight and KV formats named as strings."""
     fmt = weight_format(weights)
     return cost.Deployment(get_model(model), gpu_for(gpu, weights), num_gpus, weight_bytes=fmt.bytes,
-                           kv_bytes=kv_format(kv), **kw)
+                           kv_bytes=kv_format(kv), matmul=fmt.matmul, **kw)
 
 
 def case_deployments(model: str | ModelConfig, gpu: str | Hardware, num_gpus: int, weights: str = "fp8",

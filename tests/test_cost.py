@@ -59,7 +59,7 @@ def test_decode_intensity_in_bf16_equals_the_batch():
 
 def test_doubling_flops_leaves_batch1_decode_unchanged():
     h100 = get_gpu("H100")
-    faster = type(h100)("H100x2", 2 * h100.flops_bf16, 2 * h100.flops_fp8, h100.bandwidth, h100.memory_bytes, "test")
+    faster = h100.scaled(2.0)
     m = get_model("llama3-8b")
     assert cost.decode_floor_s(cost.Deployment(m, faster)) == cost.decode_floor_s(cost.Deployment(m, h100))
 
