@@ -213,7 +213,11 @@ class Deployment:
     an :class:`Estimate` adds the terms a real server pays (its MFUs replace ``mfu``). :func:`floor_deployment`
     turns any deployment into its floor. ``matmul``: the precision the matmuls run at (a key of
     :data:`stage5.hardware.MATMULS`: "16-bit", "fp8", "int8", "fp4"); ``None`` goes by the weight width, 1 byte
-    FP8 and anything else 16-bit (:func:`matmul_precision`).
+    FP8 and anything else 16-bit (:func:`matmul_precision`). ``head_bytes``: bytes per weight of the lookup
+    tables (input embedding, output head, learned positions: :attr:`ModelConfig.table_params`); ``None`` keeps them
+    at 16 bits, or at the body's width where that is wider (:attr:`table_bytes`), as engines do: vLLM's FP8 mode
+    quantizes the linear layers "except for the final lm_head" and leaves the embedding (not a Linear) alone, and
+    GPTQ and AWQ checkpoints quantize only the transformer blocks' linear layers.
     """
 
     model: ModelConfig
@@ -227,12 +231,15 @@ class Deployment:
     memory_utilization: float = GPU_MEMORY_UTILIZATION
     memory_policy: str = "fixed"
     matmul: str | None = None
+    head_bytes: float | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.num_gpus, (int, np.integer)) or isinstance(self.num_gpus, bool) or self.num_gpus < 1:
             raise ValueError(f"num_gpus must be a positive integer, got {self.num_gpus!r}")
         for name in ("weight_bytes", "kv_bytes"):
             inputs.positive(getattr(self, name), name)
+        if self.head_bytes is not None:
+            inputs.positive(self.head_bytes, "head_bytes (bytes per weight of the embedding and output head)")
         inputs.positive(self.mfu, "mfu (a fraction of peak FLOP/s)", maximum=1.0)
         if self.reserve_GiB is not None:
             inputs.real(self.reserve_GiB, "reserve_GiB", low=0.0, accepted="None or a finite number of GiB >= 0")
@@ -278,8 +285,13 @@ class Deployment:
         return spare * max(0.0, self.memory_bytes - self.weight_total_bytes)
 
     @property
+    def table_bytes(self) -> float:
+        """Bytes per weight of the lookup tables: ``head_bytes``, or 16 bits (2 bytes) unless the body is wider."""
+        return self.head_bytes if self.head_bytes is not None else max(2.0, self.weight_bytes)
+
+    @property
     def weight_total_bytes(self) -> float:
-        return self.model.weight_bytes(self.weight_bytes)
+        return self.model.weight_bytes(self.weight_bytes, self.table_bytes)
 
     @property
     def kv_bytes_per_token(self) -> float:
@@ -400,7 +412,8 @@ def embedding_rows_saved(model: ModelConfig, tokens: ArrayLike) -> np.ndarray:
 
 
 def weight_bytes_read(dep: Deployment, batch: ArrayLike = 1) -> np.ndarray:
-    """Weight bytes one step carrying ``batch`` tokens reads. Dense: all of them (the simple estimate), or, with
+    """Weight bytes one step carrying ``batch`` tokens reads, the lookup tables at their own width
+    (:attr:`Deployment.table_bytes`). Dense: all of them (the simple estimate), or, with
     the estimate's ``embedding_lookup`` term (estimate mode and the floor), all but the input-embedding rows
     no token looks up (:func:`embedding_rows_saved`). MoE: only the experts that at least one of the tokens is
     routed to (:func:`experts_touched`, uniform routing)."""
@@ -409,12 +422,13 @@ def weight_bytes_read(dep: Deployment, batch: ArrayLike = 1) -> np.ndarray:
     b = np.asarray(batch, dtype=float)
     lookup = dep.estimate is not None and dep.estimate.embedding_lookup
     unread = embedding_rows_saved(m, b) if lookup else np.zeros_like(b)
+    tables = (m.table_params - unread) * dep.table_bytes  # embedding, head and positions, at their own width
     if m.num_experts == 1:
-        return (m.num_params - unread) * dep.weight_bytes
+        return (m.num_params - m.table_params) * dep.weight_bytes + tables
     expert = m._expert_params() * m.moe_layers  # one routed expert, summed over the MoE layers
     shared = m.num_params - m.num_experts * expert
     touched = experts_touched(m.num_experts, m.experts_per_token, b)
-    return (shared - unread + touched * expert) * dep.weight_bytes
+    return (shared - m.table_params + touched * expert) * dep.weight_bytes + tables
 
 
 def decode_intensity_with_kv(dep: Deployment, batch: ArrayLike, context: ArrayLike) -> np.ndarray:

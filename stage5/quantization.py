@@ -1,7 +1,8 @@
 """Quantization in the cost model: number formats, and what each of three ways of using them gains end to end.
 
 A format sets two things: the bytes each weight (or each cached key/value element) occupies, and whether the
-matrix multiplications may run at the chip's low-precision rate. Weight-only formats (W8A16, W4A16) keep the
+matrix multiplications may run at the chip's low-precision rate. The lookup tables (input embedding, output head)
+stay at 16 bits whatever the format, as engines keep them (:attr:`stage5.cost.Deployment.table_bytes`). Weight-only formats (W8A16, W4A16) keep the
 activations in 16 bits, so their matmuls run at the BF16 rate: they save bytes, not FLOPs. W8A8 formats (FP8,
 INT8) quantize the activations too, and on a chip with FP8 tensor cores the cost model grants them its FP8
 rate at the same MFU (an estimate that flatters them: low-precision kernels rarely reach the same MFU).
@@ -20,12 +21,12 @@ Gains are ratios of :func:`stage5.cost.request_gpu_seconds` (prefill plus the re
 they are throughput ratios of the whole deployment. The cost model has no scheduling or sampling overhead;
 such fixed costs would not shrink with the bytes, so every gain here is an upper bound.
 
-Why W8A8 FP8 with an FP8 cache gains exactly 2x here, for every traffic mix and batch: every term the simple
-estimate has (weight reads, cache reads, matmul FLOPs at the FP8 rate, for prefill and decode alike) halves. What
-keeps real end-to-end gains below 2x is what it leaves out: scheduling, sampling and detokenising, attention
-arithmetic that stays in 16 bits, communication. ``end_to_end_gain(estimate=cost.Estimate())`` prices the
-last of these (the tensor-parallel all-reduce moves 16-bit activations whatever the format) and comes in
-below 2x.
+Why W8A8 FP8 with an FP8 cache gains just under 2x here: every term the simple estimate has (weight reads, cache
+reads, matmul FLOPs at the FP8 rate, for prefill and decode alike) halves, except the reads of the lookup tables,
+which stay at 16 bits (3% of Llama 3 70B's weights, 13% of Llama 3 8B's). What keeps real end-to-end gains further
+below 2x is what the simple estimate leaves out: scheduling, sampling and detokenising, attention arithmetic that
+stays in 16 bits, communication. ``end_to_end_gain(estimate=cost.Estimate())`` prices the last of these (the
+tensor-parallel all-reduce moves 16-bit activations whatever the format).
 """
 
 from __future__ import annotations
@@ -80,6 +81,17 @@ WEIGHT_FORMATS: dict[str, WeightFormat] = {f.key: f for f in (
                  scale_bytes=2.0),
     WeightFormat("int4-g32", "INT4 weights only (W4A16, FP16 scale per 32)", 4, "16-bit", group_size=32,
                  scale_bytes=2.0),
+    # The 4-bit floating-point formats, weights and activations both (W4A4), multiplied by FP4 tensor cores where
+    # the chip has them (Blackwell; elsewhere engines dequantize to 16 bits, and the floor may use FP8 tensor cores,
+    # which hold E2M1 values exactly: stage5.hardware.EXACT_IN). Both store E2M1 values (1 sign, 2 exponent, 1
+    # mantissa bit) with a scale per block:
+    # NVFP4: one FP8 (E4M3) scale per 16 values, and one FP32 scale per tensor (negligible here), so 4 + 8 / 16 = 4.5
+    # bits (NVIDIA, "Introducing NVFP4 for Efficient and Accurate Low-Precision Inference", NVIDIA Technical Blog,
+    # June 2025: "micro-block scaling" of 16 values with an E4M3 scale, plus a second-level FP32 per-tensor scale).
+    WeightFormat("nvfp4", "NVFP4 (W4A4, E2M1 with an E4M3 scale per 16)", 4, "fp4", group_size=16, scale_bytes=1.0),
+    # MXFP4: one shared E8M0 scale (8 bits, a power of two) per block of 32 values, so 4 + 8 / 32 = 4.25 bits (OCP
+    # Microscaling Formats (MX) Specification v1.0, 2023, section 5: block size k = 32, scale E8M0, element E2M1).
+    WeightFormat("mxfp4", "MXFP4 (W4A4, E2M1 with an E8M0 scale per 32)", 4, "fp4", group_size=32, scale_bytes=1.0),
 )}
 
 KV_FORMATS: dict[str, float] = {"bf16": 2.0, "fp8": 1.0, "int8": 1.0}
@@ -103,10 +115,10 @@ def weight_format(key: str) -> WeightFormat:
 
 
 def table_16bit_extra_bytes(model: str | ModelConfig, weights: str) -> float:
-    """Bytes one vocabulary x hidden table (the output head, or the input embedding) takes at 16 bits beyond what
-    the cost model charges it at ``weights``. The cost model stores every weight in the format; engines keep these
-    tables in 16 bits (vLLM's FP8 mode quantizes the linear layers but the output head, GPTQ and AWQ checkpoints
-    leave the head alone: book chapter 8)."""
+    """Bytes one vocabulary x hidden table (the output head, or the input embedding) takes at 16 bits beyond what it
+    would at ``weights``: what keeping it in 16 bits costs. Engines keep these tables in 16 bits (vLLM's FP8 mode
+    quantizes the linear layers but the output head, GPTQ and AWQ checkpoints leave the head alone: book chapter 8),
+    and so does the cost model (:attr:`stage5.cost.Deployment.table_bytes`)."""
     cfg = get_model(model)
     return cfg.vocab_size * cfg.hidden_size * (weight_format("bf16").bytes - weight_format(weights).bytes)
 

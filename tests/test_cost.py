@@ -125,7 +125,7 @@ def test_weights_that_do_not_fit_say_by_how_much():
         cost.max_concurrency(d, 4096)
     # FP8 weights fit the card but not beside a 20% reserve: the message names the resource and the rule
     tight = cost.Deployment.of("llama3-70b", "H100", 1, weight_bytes=1, memory_utilization=0.8, memory_policy="card")
-    with pytest.raises(cost.InfeasibleDeployment, match=r"no memory is left for the KV cache: weights 65.7 GiB \+ "
+    with pytest.raises(cost.InfeasibleDeployment, match=r"no memory is left for the KV cache: weights 67.7 GiB \+ "
                        r"reserve 16.0 GiB \(20% of the cards, memory_utilization 0.8\) exceed memory 80.0 GiB"):
         cost.max_concurrency(tight, 4096)
 
