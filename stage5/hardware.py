@@ -123,13 +123,15 @@ class Hardware:
             raise ValueError(f"unknown tensor format {fmt!r}; accepted: {', '.join(TENSOR_FORMATS)}")
         return dict(self.peaks).get(fmt)
 
-    def matmul_rate(self, matmul: str = "16-bit", fastest: bool = False) -> tuple[str, float]:
+    def matmul_rate(self, matmul: str = "16-bit", fastest: bool = False,
+                    accumulation: str = "fp32") -> tuple[str, float]:
         """(tensor format, dense FLOP/s) matmuls at ``matmul`` precision (a key of :data:`MATMULS`) run at.
 
         The estimate (``fastest=False``) assumes FP32 accumulation (:data:`STANDARD`) and upcasts to 16 bits where
         the chip lacks the precision. The floor (``fastest=True``) takes the fastest format a kernel can run those
         values in exactly (:data:`EXACT_IN`), any accumulation: FP16 accumulation on a GeForce card, FP8 tensor
-        cores for FP4 values on a chip without FP4."""
+        cores for FP4 values on a chip without FP4. ``accumulation="fp16"``: an estimate of an engine whose GEMMs
+        accumulate in FP16, so either accumulation of its precision counts."""
         if matmul not in MATMULS:
             raise ValueError(f"unknown matmul precision {matmul!r}; accepted: {', '.join(MATMULS)}")
         table = dict(self.peaks)
@@ -137,9 +139,12 @@ class Hardware:
         def best(formats: list[str]) -> tuple[str, float]:  # the first of the fastest, so a tie names the usual one
             return max(((f, table[f]) for f in formats), key=lambda pair: pair[1])
 
-        if not fastest:  # the first precision the chip has, at FP32 accumulation
+        if accumulation not in ("fp32", "fp16"):
+            raise ValueError(f"accumulation is 'fp32' or 'fp16', got {accumulation!r}")
+        if not fastest:  # the first precision the chip has, at FP32 accumulation (or either, for an FP16 one)
             for c in (matmul, "16-bit"):
-                if formats := [f for f in STANDARD[c] if f in table]:
+                allowed = (*STANDARD[c], *MATMULS[c]) if accumulation == "fp16" else STANDARD[c]
+                if formats := [f for f in allowed if f in table]:
                     return best(formats)
         # Every format that holds the values exactly, each precision's FP32-accumulation format first. A 16-bit
         # format always exists (checked at construction), so the list is never empty.

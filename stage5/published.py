@@ -123,7 +123,8 @@ class Source:
     """Where a set of points was published, how it was run, and whether an estimate term was chosen or corrected
     while looking at it (``in_sample``; :data:`stage5.validate.CHOSEN_AFTER_LOOKING` names the corrections).
     ``memory_policy`` and ``max_running`` are the engine's, for the queueing rule (:func:`stage5.validate.queued`):
-    a request beyond them waits."""
+    a request beyond them waits. ``profile`` and ``accumulation`` say how the engine runs (:class:`stage5.cost.Estimate`
+    ``engine`` and ``accumulation``): facts about the engine, read from its documentation or code, not fitted."""
 
     key: str
     engine: str
@@ -133,6 +134,8 @@ class Source:
     in_sample: bool
     memory_policy: str = "fixed"
     max_running: int | None = None
+    profile: str = "graphs"  # how the engine launches a pass, a key of stage5.cost.ENGINES
+    accumulation: str = "fp32"  # what its GEMMs accumulate in (stage5.cost.Estimate.accumulation)
 
 
 def _llama2(name: str, hidden: int, layers: int, heads: int, kv_heads: int, ffn: int) -> ModelConfig:

@@ -20,7 +20,7 @@ out separately.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
 import numpy as np
 
@@ -76,8 +76,16 @@ def batch_s(dep: cost.Deployment, batch: int, prompt: int, output: int) -> float
 def predict_ms(point: ServingPoint, metric: str, mode: str, estimate: cost.Estimate | None = None) -> float:
     """One point's ``metric`` (a key of :data:`METRICS`) in ``mode`` ("floor" or "estimate"), in ms."""
     dep = _deployment(point)
-    return _priced_ms(cost.floor_deployment(dep) if mode == "floor" else cost.estimate_deployment(dep, estimate),
-                      point, metric)
+    return _priced_ms(cost.floor_deployment(dep) if mode == "floor"
+                      else cost.estimate_deployment(dep, point_estimate(point, estimate)), point, metric)
+
+
+def point_estimate(point: ServingPoint, estimate: cost.Estimate | None = None) -> cost.Estimate:
+    """``estimate`` (default: the default terms) with the engine the point's source ran: its launch profile and its
+    GEMMs' accumulation (:attr:`stage5.published.Source.profile`), which are inputs, not constants."""
+    source = SOURCES.get(point.source_key)
+    est = estimate or cost.Estimate()
+    return replace(est, engine=source.profile, accumulation=source.accumulation) if source else est
 
 
 def _priced_ms(dep: cost.Deployment, point: ServingPoint, metric: str) -> float:
@@ -323,8 +331,8 @@ def fitted_shares(bandwidths: tuple[float, ...] = FIT_BANDWIDTH, mfus: tuple[flo
     _, inverse, counts = np.unique(keys["source"], return_inverse=True, return_counts=True)
     weight = 1 / (len(counts) * counts[inverse])
     grid = [(b, u) for b in bandwidths for u in mfus]
-    est = np.array([[_priced_ms(cost.estimate_deployment(d, cost.Estimate(bandwidth_fraction=b, prefill_mfu=u,
-                                                                          decode_mfu=u)), p, m)
+    est = np.array([[_priced_ms(cost.estimate_deployment(d, point_estimate(p, cost.Estimate(
+                         bandwidth_fraction=b, prefill_mfu=u, decode_mfu=u))), p, m)
                      for d, (p, m) in zip(base, priced, strict=True)] for b, u in grid])
     candidates = np.array([(b, u, o) for (b, u) in grid for o in step_ms])
     ratio = (est[:, None, :] + np.asarray(step_ms)[None, :, None] * steps) / measured

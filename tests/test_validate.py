@@ -68,10 +68,10 @@ def test_terms_chosen_after_looking_make_their_sources_in_sample_and_report_the_
         # the term moved the shares it was chosen on: without it its sources score differently
         for k in entry["looked_at"]:
             assert entry["looked_at_without"][k] != report["shares"]["by_source"][k]
-    # the network correction: FasterTransformer within x1.5 on at least 9 in 10 points with it, half without
+    # the network correction: FasterTransformer within x1.5 on three points in four with it, about half without
     ft_with = report["shares"]["by_source"]["ft-530b"]["within_1.5x"]
     ft_without = got["server_nics"]["looked_at_without"]["ft-530b"]["within_1.5x"]
-    assert ft_with >= 0.9 > 0.6 > ft_without
+    assert ft_with >= 0.75 > 0.6 > ft_without
 
 
 def test_floor_is_at_or_below_every_published_latency():
@@ -105,9 +105,13 @@ def test_recorded_shares_do_not_fall():
     LMDeploy's, and 54% and 67% with FasterTransformer's rows past one server, when the all-reduce across servers
     went through one NIC per ring. Then the ring was given every NIC of a server (Estimate.server_nics; 55% and 69%
     with it switched off, the rest being TensorRT-LLM's A100 table read per GPU as the page's later revision heads
-    it). A change that lowers them must say why."""
+    it). A change that lowers them must say why. Issue 39 replaced the one MFU of 0.40 for every chip (Llama 3 training's)
+    by each chip's measured GEMM efficiency (cost.gemm_efficiency, 0.71 on an A100, 0.66 on an H100): the held-out
+    sources rose from 51% and 62% to 59% and 68%, the in-sample ones fell from 70% and 92% to 60% and 84%, because
+    FasterTransformer's static batches on A100s now come out too fast (94% within x1.5 before, 76% now); so 59.5% and
+    74.6%."""
     balanced = validate.summary()["shares"]["source_balanced"]
-    assert balanced["within_25pct"] >= 0.59 and balanced["within_1.5x"] >= 0.747, balanced
+    assert balanced["within_25pct"] >= 0.595 and balanced["within_1.5x"] >= 0.746, balanced
 
 
 def test_published_points_span_gpus_prompts_and_concurrency_and_cite_a_table():
@@ -367,10 +371,9 @@ def test_past_one_nvlink_domain_the_floor_holds_and_the_estimate_is_within_x1_5_
     # through one NIC per ring (the model before the correction) every batch-256 row is too slow by more than x1.5
     one_nic = {r.id: r for r in validate.rows(cost.Estimate().without("server_nics")) if r.source == "ft-530b"}
     assert all(one_nic[r.id].estimate_ratio > validate.WIDE[1] for r in biggest)
-    # without the all-reduce term at all, the batch-256 rows come back within x1.5 too: the term is not the excess
+    # the all-reduce across servers is a real share of a batch-256 step: without it every such row is faster still
     off = cost.Estimate().without("allreduce")
-    assert all(validate.in_wide_band(validate.predict_ms(points[r.id], "batch_ms", "estimate", off) / r.measured)
-               for r in biggest)
+    assert all(validate.predict_ms(points[r.id], "batch_ms", "estimate", off) < 0.9 * r.estimate for r in biggest)
 
 
 # ---------------------------------------------------------------------------------- what fitting would buy
@@ -388,7 +391,7 @@ def _steps(table):
 
 
 def test_a_fit_on_one_grid_point_is_the_estimate_there_with_its_time_per_step_added():
-    table = validate.rows()
+    table = validate.rows(cost.Estimate(bandwidth_fraction=0.6, prefill_mfu=0.4, decode_mfu=0.4))
     sources = [r.source for r in table]
     for step_ms in (0.0, 1.0):
         (fit,) = validate.fitted_shares((0.6,), (0.4,), (step_ms,), (("one", "all", True),))
@@ -399,7 +402,7 @@ def test_a_fit_on_one_grid_point_is_the_estimate_there_with_its_time_per_step_ad
         assert fit.tight_constants == {"every row": ((0.6, 0.6), (0.4, 0.4), (step_ms, step_ms))}
         assert fit.tight_hits == {"every row": pytest.approx(tight)}
         assert fit.reaches(tight, wide) and not fit.reaches(tight + 0.01, 0) and not fit.reaches(0, wide + 0.01)
-    # the defaults with no time per step: the report's own shares
+    # with no time per step: the shares of the report priced at those constants
     (fit,) = validate.fitted_shares((0.6,), (0.4,), (0.0,), (("one", "all", False),))
     assert fit.within_25pct == pytest.approx(validate.shares(table)["source_balanced"]["within_25pct"])
 
