@@ -87,19 +87,24 @@ def batch_s(dep: cost.Deployment, batch: int, prompt: int, output: int) -> float
     return prefill + (output - 1) * float(cost.decode_step(dep, batch, prompt + output / 2).time_s)
 
 
-def predict_ms(point: ServingPoint, metric: str, mode: str, estimate: cost.Estimate | None = None) -> float:
-    """One point's ``metric`` (a key of :data:`METRICS`) in ``mode`` ("floor" or "estimate"), in ms."""
+def predict_ms(point: ServingPoint, metric: str, mode: str, estimate: cost.Estimate | None = None,
+               engine: str | None = None) -> float:
+    """One point's ``metric`` (a key of :data:`METRICS`) in ``mode`` ("floor" or "estimate"), in ms; ``engine``
+    overrides the source's launch profile (:func:`point_estimate`)."""
     dep = _deployment(point)
     return _priced_ms(cost.floor_deployment(dep) if mode == "floor"
-                      else cost.estimate_deployment(dep, point_estimate(point, estimate)), point, metric)
+                      else cost.estimate_deployment(dep, point_estimate(point, estimate, engine)), point, metric)
 
 
-def point_estimate(point: ServingPoint, estimate: cost.Estimate | None = None) -> cost.Estimate:
-    """``estimate`` (default: the default terms) with the engine the point's source ran: its launch profile and its
-    GEMMs' accumulation (:attr:`stage5.published.Source.profile`), which are inputs, not constants."""
+def point_estimate(point: ServingPoint, estimate: cost.Estimate | None = None,
+                   engine: str | None = None) -> cost.Estimate:
+    """``estimate`` (default: the default terms) with the engine the point's source ran: its launch profile (or
+    ``engine``) and its GEMMs' accumulation (:attr:`stage5.published.Source.profile`), inputs, not constants."""
     source = SOURCES.get(point.source_key)
     est = estimate or cost.Estimate()
-    return replace(est, engine=source.profile, accumulation=source.accumulation) if source else est
+    if source is None:
+        return est if engine is None else replace(est, engine=engine)
+    return replace(est, engine=engine or source.profile, accumulation=source.accumulation)
 
 
 def _priced_ms(dep: cost.Deployment, point: ServingPoint, metric: str) -> float:
@@ -160,10 +165,10 @@ def priced_metrics() -> list[tuple[ServingPoint, str]]:
     return [(p, m) for p in SERVING_POINTS if not queued(p) for m in METRICS if getattr(p, m) is not None]
 
 
-def rows(estimate: cost.Estimate | None = None) -> list[Row]:
+def rows(estimate: cost.Estimate | None = None, engine: str | None = None) -> list[Row]:
     """Every row of :func:`priced_metrics` with both predictions (``estimate``: the estimate's terms, default
-    ones)."""
-    return [Row(p.id, m, getattr(p, m), predict_ms(p, m, "floor"), predict_ms(p, m, "estimate", estimate),
+    ones; ``engine``: one launch profile for every source instead of each source's own)."""
+    return [Row(p.id, m, getattr(p, m), predict_ms(p, m, "floor"), predict_ms(p, m, "estimate", estimate, engine),
                 p.source_key, p.gpu) for p, m in priced_metrics()]
 
 
@@ -489,7 +494,8 @@ def fitted_shares(bandwidths: tuple[float, ...] = FIT_BANDWIDTH, mfus: tuple[flo
     constants reaches in both bands at once are the sums of one choice per group (their Pareto frontier, built group
     by group). The time per step adds once per step the model prices: one for a TPOT or a TTFT (:func:`ttft_s`
     prices a prompt as one prefill step, whatever its length), ``output`` for a static batch (its prefill and
-    ``output - 1`` decode steps, as :func:`batch_s` prices it)."""
+    ``output - 1`` decode steps, as :func:`batch_s` prices it). It stands in for the engine's launch time, so the
+    fit charges no host time of its own (every row priced as a "graphs" engine)."""
     if not (bandwidths and mfus and step_ms):
         raise ValueError("fitted_shares needs at least one bandwidth fraction, one MFU and one time per step")
     if not all(np.isfinite(o) and o >= 0 for o in step_ms):
@@ -509,7 +515,7 @@ def fitted_shares(bandwidths: tuple[float, ...] = FIT_BANDWIDTH, mfus: tuple[flo
     weight = 1 / (len(counts) * counts[inverse])
     grid = [(b, u) for b in bandwidths for u in mfus]
     est = np.array([[_priced_ms(cost.estimate_deployment(d, point_estimate(p, cost.Estimate(
-                         bandwidth_fraction=b, prefill_mfu=u, decode_mfu=u))), p, m)
+                         bandwidth_fraction=b, prefill_mfu=u, decode_mfu=u), engine="graphs")), p, m)
                      for d, (p, m) in zip(base, priced, strict=True)] for b, u in grid])
     candidates = np.array([(b, u, o) for (b, u) in grid for o in step_ms])
     ratio = (est[:, None, :] + np.asarray(step_ms)[None, :, None] * steps) / measured

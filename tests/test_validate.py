@@ -499,7 +499,7 @@ def _steps(table):
 
 
 def test_a_fit_on_one_grid_point_is_the_estimate_there_with_its_time_per_step_added():
-    table = validate.rows(cost.Estimate(bandwidth_fraction=0.6, prefill_mfu=0.4, decode_mfu=0.4))
+    table = validate.rows(cost.Estimate(bandwidth_fraction=0.6, prefill_mfu=0.4, decode_mfu=0.4), engine="graphs")
     sources = [r.source for r in table]
     for step_ms in (0.0, 1.0):
         (fit,) = validate.fitted_shares((0.6,), (0.4,), (step_ms,), (("one", "all", True),))
@@ -525,7 +525,8 @@ def test_a_fit_agrees_with_trying_every_combination(group_by, step_time):
     measured = np.array([r.measured for r in table])
     steps = _steps(table)
     options = [(b, o, np.array([r.estimate for r in validate.rows(cost.Estimate(bandwidth_fraction=b,
-                                                                                prefill_mfu=0.4, decode_mfu=0.4))])
+                                                                                prefill_mfu=0.4, decode_mfu=0.4),
+                                                                  engine="graphs")])
                 + o * steps) for b in bandwidths for o in step_ms if step_time or o == 0]
     group_of = {r.id + r.metric: (r.gpu if group_by == "gpu" else r.source) for r in table}
     groups = sorted(set(group_of.values()))
@@ -567,7 +568,7 @@ def test_more_freedom_never_scores_less():
         assert tighter.within_25pct >= looser.within_25pct - 1e-12
         assert tighter.within_wide >= looser.within_wide - 1e-12
         assert all(tighter.reaches(a, b) for a, b in looser.frontier)
-    on_grid = validate.rows(cost.Estimate(bandwidth_fraction=0.6, prefill_mfu=0.6, decode_mfu=0.6))
+    on_grid = validate.rows(cost.Estimate(bandwidth_fraction=0.6, prefill_mfu=0.4, decode_mfu=0.4), engine="graphs")
     assert by[order[0]].within_25pct >= validate.shares(on_grid)["source_balanced"]["within_25pct"]
     assert set(by["one set per GPU"].tight_constants) == {r.gpu for r in validate.rows()}
     assert set(by["one set per source, with a time per step"].tight_constants) == set(SOURCES)
