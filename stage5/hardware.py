@@ -5,7 +5,10 @@ counted in binary GiB. The datasheet's memory figure is a marketing round number
 GiB: an H100 "80GB" reports 81,559 MiB in nvidia-smi, which is 79.6 GiB (85.5 GB). The registry stores the
 datasheet number as GiB (80 GiB for the H100), 0.4 GiB per GPU more than the driver shows, a simplification
 that flatters the KV budget by about half a percent. FLOP/s are the *dense* figures; datasheets headline the
-2:4-sparsity rate (two of every four weights zero), which is twice these.
+2:4-sparsity rate (two of every four weights zero), which is twice these. Each GPU carries the dense peak of every
+tensor format it has (:data:`TENSOR_FORMATS`: FP16 with FP16 and with FP32 accumulation, BF16, FP8 at both
+accumulations, INT8, FP4), each from its datasheet or architecture whitepaper: the estimate prices matmuls at FP32
+accumulation, the floor at the fastest format a kernel can run the values in (:meth:`Hardware.matmul_rate`).
 """
 
 from __future__ import annotations
