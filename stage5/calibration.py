@@ -122,8 +122,8 @@ class Calibration:
 
     def hardware(self) -> Hardware:
         """This machine as a :class:`Hardware` entry for ``stage5.cost`` (``flops_bf16`` holds the float32 peak)."""
-        return Hardware(f"this machine ({self.machine}, {self.threads} thread, measured)", self.peak_rate, None,
-                        self.bandwidth, machine_memory_bytes(),
+        return Hardware(f"this machine ({self.machine}, {self.threads} thread, measured)",
+                        (("bf16/fp32", self.peak_rate),), self.bandwidth, machine_memory_bytes(),
                         "measured by stage5.calibrate (python -m stage5 calibrate)")
 
     @classmethod

@@ -122,6 +122,7 @@ def diagnose_deployment(dep: cost.Deployment, context: int, batch: int, prompt: 
         "compute_ms": float(step.compute_s) * 1e3,
         "added_ms": float(step.extra_s) * 1e3,  # attention's KV reads (and, in estimate mode, the all-reduces)
         "mode": cost.mode_of(dep),
+        "tensor_format": cost.tensor_format(dep)[0],  # what the matmuls are priced at (the floor: the fastest)
         "bound": str(step.bound),
         "tokens_per_s": float(cost.decode_throughput(dep, batch, context)),
         "max_concurrency": max_seqs,
@@ -196,10 +197,15 @@ def deploy_main(argv: list[str]) -> int:
         print(f"  (the simple estimate: perfect tensor-parallel scaling and a fixed MFU of {mfu:g}; an estimate, not a "
               "bound: --mode floor gives the floor)")
     elif info["mode"] == "floor":
-        print("  (the floor: the physics at the datasheet's peak, full bandwidth and MFU 1, no communication; "
-              "no server runs faster)")
+        print("  (the floor: the physics at the datasheet's peak, full bandwidth and MFU 1, no communication, matmuls at "
+              f"{info['tensor_format']}, the fastest format a kernel can use; no server runs faster)")
     else:
-        print("  (estimate mode: stage5.cost.Estimate's terms; `python -m stage5 validate` shows how well it does)")
+        # the error band comes from the published measurements (about half a second of pricing)
+        from stage5 import validate
+        print(f"  (estimate mode: stage5.cost.Estimate's terms, a {dep.estimate.engine} engine, matmuls at "
+              f"{info['tensor_format']})")
+        for metric, label in (("tpot_ms", "TPOT"), ("ttft_ms", "TTFT")):
+            print(f"  {label} {info[metric]:.2f} ms: {validate.band_sentence(metric, dep.estimate.engine)}")
     if model.sliding_window and args.context > model.sliding_window:
         print(f"  note: {_window_note(model)}")
     return 0

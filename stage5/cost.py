@@ -10,7 +10,8 @@ Three modes share these formulas (:data:`MODES`). They differ only in how fast t
 and which terms are charged.
 
 ``floor`` (:func:`floor_deployment`): the physics at the datasheet's peak, with no efficiency factor. Bytes /
-peak bandwidth and FLOPs / peak FLOP/s (an MFU of 1), overlapped perfectly (the step takes the larger), with
+peak bandwidth and FLOPs / peak FLOP/s (an MFU of 1, at the fastest tensor format a kernel can use for the
+deployment's precision, whatever its accumulation: :func:`tensor_format`), overlapped perfectly (the step takes the larger), with
 prefill's causal attention FLOPs counted and only the input-embedding rows a step looks up read; communication
 between GPUs is free (charging the link bytes over the link bandwidth could only raise it). Nothing in it can
 run faster on the hardware; ``python -m stage5 validate`` checks that no published measurement beats it.
@@ -43,7 +44,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from stage5 import inputs
-from stage5.hardware import GiB, Hardware, get_gpu
+from stage5.hardware import MATMULS, TENSOR_FORMATS, GiB, Hardware, get_gpu
 from stage5.models import ModelConfig, get_model
 
 ArrayLike = float | int | np.ndarray
@@ -66,6 +67,92 @@ MEMORY_POLICIES = ("fixed", "card", "free")
 
 # ------------------------------------------------------------------------------------------ estimate mode
 @dataclass(frozen=True)
+class Engine:
+    """How an engine launches a forward pass, and what that costs beyond the kernels' own time.
+
+    ``host_s_per_layer``: the host's time to issue one layer's kernels. Launches are asynchronous, so the host's time
+    overlaps the GPU's: a pass takes the longer of the two (:attr:`StepTime.host_s`). ``source``: where it is
+    measured, or why nothing is charged."""
+
+    name: str
+    examples: str
+    host_s_per_layer: float
+    source: str
+
+
+ENGINES: dict[str, Engine] = {e.name: e for e in (
+    Engine("graphs", "vLLM, TensorRT-LLM, SGLang, LMDeploy's TurboMind, FasterTransformer, gpt-fast compiled: CUDA "
+           "graphs, or a C++ runtime, launch the pass", 0.0,
+           "nothing charged: no independent measurement of these engines' fixed cost per step was found for the "
+           "versions the course validates against (vLLM's own profile of its 0.5 scheduler, a 4 ms GPU bubble per "
+           "decode step, vllm-project/vllm#6854, predates the asynchronous output processing of 0.6), so this "
+           "profile flatters them"),
+    # PyTorch team, "Accelerating Generative AI with PyTorch II: GPT, Fast" (PyTorch blog, 2023-11-30), "Starting
+    # Point (25.5 tok/s)": a plain eager implementation of Llama 2 7B at batch 1 on an A100-80GB (330 W) is "heavily
+    # CPU overhead bound", the GPU waiting on the host's launches: 1 / 25.5 s per token over its 32 layers is 1.23 ms
+    # of host time per layer. One host, one framework version: a faster CPU issues faster.
+    Engine("eager", "Hugging Face transformers, TinyChat, plain PyTorch: one launch per kernel from Python",
+           1 / 25.5 / 32, "gpt-fast's eager baseline, CPU-bound at 25.5 tokens/s on Llama 2 7B (PyTorch blog, 2023)"),
+)}
+
+# The best-shape matmul rate a benchmark reached on each GPU, as a share of the dense peak: Bekman's Maximum
+# Achievable Matmul FLOPS table (github.com/stas00/ml-engineering, compute/accelerator/README.md at b9e2972, "Maximum
+# Achievable Matmul FLOPS comparison table", mamf-finder v2: BF16 A100 SXM 86.9%, GH200 83.6%, H100 SXM 80.3%,
+# MI325X 60.4%, MI300X 51.4% (ROCm 6.3, PyTorch TunableOp); FP8 GH200 77.6%, H100 SXM 70.9%; its older v1 table gives
+# MI250X 76.7% of one GCD's peak). A GPU without its own row takes its architecture's (Hopper: H100 SXM; Ampere: A100
+# SXM), or, for Ada, Blackwell and Turing parts, the H100 SXM's, for want of a measurement. INT8 and FP4 take the FP8
+# share where there is one.
+MAMF_EFFICIENCY: dict[str, dict[str, float]] = {
+    "H100-SXM": {"16-bit": 0.803, "fp8": 0.709}, "GH200": {"16-bit": 0.836, "fp8": 0.776},
+    "A100-80GB": {"16-bit": 0.869}, "A100-40GB": {"16-bit": 0.869}, "MI300X": {"16-bit": 0.514},
+    "MI325X": {"16-bit": 0.604}, "MI250X": {"16-bit": 0.767},
+}
+MAMF_DEFAULT = "H100-SXM"
+# The share of that best-shape rate an LLM's GEMMs reach once compute-bound: DeepGEMM's dense FP8 GEMMs
+# (github.com/deepseek-ai/DeepGEMM README, "Normal GEMMs for dense models", at 55ab91f, 2025-03-25, on H800 SXM5,
+# whose FP8 peak and bandwidth are the H100 SXM's 1,979 TFLOPS and 3.35 TB/s), every DeepSeek-V3 shape of its table
+# as {tokens M: ((N, K, TFLOPS), ...)}. At 4,096 tokens they are compute-bound: 751 to 1,426 TFLOPS, median 1,146.5,
+# 57.9% of peak, 0.817 of the H100's best-shape 70.9%. At 64 and 128 tokens they are bound by the weight reads (the
+# table's own bandwidth column: 1.5-2.7 TB/s), so there the estimate prices bytes at the achieved bandwidth and the FLOP
+# rate rises with the tokens as the roofline says (:func:`gemm_s`); those rows set nothing and check the shape.
+DEEPGEMM_H800: dict[int, tuple[tuple[int, int, float], ...]] = {
+    64: ((2112, 7168, 206.0), (24576, 1536, 289.0), (32768, 512, 219.0), (7168, 16384, 336.0), (4096, 7168, 287.0),
+         (7168, 2048, 295.0)),
+    128: ((2112, 7168, 352.0), (24576, 1536, 535.0), (32768, 512, 358.0), (7168, 16384, 645.0), (4096, 7168, 533.0),
+          (7168, 2048, 510.0)),
+    4096: ((2112, 7168, 1009.0), (24576, 1536, 1125.0), (32768, 512, 751.0), (7168, 16384, 1426.0),
+           (4096, 7168, 1265.0), (7168, 2048, 1168.0)),
+}
+LLM_SHAPE_SHARE = (float(np.median([t for _, _, t in DEEPGEMM_H800[4096]])) / 1979.0
+                   / MAMF_EFFICIENCY[MAMF_DEFAULT]["fp8"])
+
+
+def gemm_efficiency(gpu: Hardware, fmt: str) -> float:
+    """Achieved over dense peak FLOP/s of an LLM's compute-bound GEMMs on ``gpu`` in tensor format ``fmt`` (a key
+    of :data:`stage5.hardware.TENSOR_FORMATS`): :data:`MAMF_EFFICIENCY` x :data:`LLM_SHAPE_SHARE`."""
+    if fmt not in TENSOR_FORMATS:
+        raise ValueError(f"unknown tensor format {fmt!r}; accepted: {', '.join(TENSOR_FORMATS)}")
+    shares = MAMF_EFFICIENCY.get(gpu.name, MAMF_EFFICIENCY[MAMF_DEFAULT])
+    share = shares["16-bit"] if fmt in MATMULS["16-bit"] else shares.get("fp8", shares["16-bit"])
+    return share * LLM_SHAPE_SHARE
+
+
+def gemm_s(gpu: Hardware, tokens: ArrayLike, n: int, k: int, fmt: str = "bf16/fp32",
+           bandwidth_fraction: float = 0.60) -> np.ndarray:
+    """The estimate's time for one GEMM of ``tokens`` x ``k`` activations by ``k`` x ``n`` weights in tensor format
+    ``fmt``: its bytes (inputs at the format's width, a 16-bit output) at the achieved bandwidth, or its FLOPs at the
+    measured :func:`gemm_efficiency`, whichever is longer. Its achieved FLOP rate rises with the tokens, bound by the
+    weight reads below the ridge and by the arithmetic above it: the prefill efficiency curve."""
+    m = _positive(tokens, "tokens")
+    width = 2.0 if fmt in MATMULS["16-bit"] else (0.5 if fmt == "fp4/fp32" else 1.0)
+    peak = gpu.peak(fmt)
+    if peak is None:
+        raise ValueError(f"{gpu.name} has no {fmt} tensor cores; accepted: {', '.join(f for f, _ in gpu.peaks)}")
+    moved = (m * k + k * n) * width + m * n * 2.0
+    return np.maximum(moved / (gpu.bandwidth * bandwidth_fraction), 2.0 * m * n * k / (peak * gemm_efficiency(gpu, fmt)))
+
+
+@dataclass(frozen=True)
 class Estimate:
     """The terms a real server pays on top of the simple estimate. Every default comes from a source other than the
     published measurements it is checked against (:mod:`stage5.published`).
@@ -74,9 +161,11 @@ class Estimate:
         70B model in BF16 on 8 x H100, profiled with Nsight Compute, reached about 60% of peak bandwidth over
         all its kernels (mikamirai.com, "GPU Memory Bandwidth: What Your Profiler Isn't Telling You", 2026; its
         per-kernel table ranges from 42% for KV-cache reads to 84% for coalesced matrix loads).
-    ``prefill_mfu``, ``decode_mfu``: achieved over peak FLOP/s of the big matmuls. 0.40: Llama 3 405B training on
-        H100s reached 380-430 BF16 TFLOP/s per GPU, 38-43% MFU (Llama Team, "The Llama 3 Herd of Models",
-        2024, cite key llama3herd2024); serving kernels are assumed no better.
+    ``prefill_mfu``, ``decode_mfu``: achieved over peak FLOP/s of the big matmuls. ``None`` (the default): the
+        measured GEMM efficiency of the chip and tensor format (:func:`gemm_efficiency`: the best-shape rate a
+        benchmark reached on that GPU, times the share of it an LLM's shapes reach); a number fixes one MFU for every
+        chip (``python -m stage5 validate --fitted`` does). Until issue 39 it was 0.40 everywhere, Llama 3 405B
+        training's 38-43% MFU on H100s (llama3herd2024).
     ``additive_attention``: attention is its own kernel, bound by bandwidth at every batch, so its KV reads add
         to the step instead of overlapping the weight matmuls: KV / bandwidth + max(weights / bandwidth,
         linear FLOPs / FLOP/s) (Austin et al., "How to Scale Your Model", 2025, the inference chapter). The simple
@@ -102,11 +191,16 @@ class Estimate:
         (an embedding is a gather: PyTorch's ``nn.Embedding``, vLLM's ``VocabParallelEmbedding``); a table tied to
         the output head is still read whole by the head. Physics, not an efficiency: the floor
         (:func:`floor_deployment`) counts it too. The simple estimate charges the whole table, as the source does.
+    ``engine``: how the engine launches a forward pass, a key of :data:`ENGINES` ("graphs": CUDA graphs or a C++
+        runtime; "eager": one launch per kernel from Python). An input, not a term: say which engine is priced.
+    ``accumulation``: what its 16-bit and FP8 GEMMs accumulate in, "fp32" (PyTorch's cuBLAS calls, cuBLASLt's FP8)
+        or "fp16" (TinyChat's W4A16 GEMM, llama.cpp's cuBLAS path before 2025): on a GeForce card FP16
+        accumulation runs at twice the rate (:func:`tensor_format`).
     """
 
     bandwidth_fraction: float = 0.60
-    prefill_mfu: float = 0.40
-    decode_mfu: float = 0.40
+    prefill_mfu: float | None = None
+    decode_mfu: float | None = None
     additive_attention: bool = True
     allreduce: bool = True
     prefill_attention: bool = True
@@ -114,12 +208,22 @@ class Estimate:
     step_token_budget: int = 8192
     embedding_lookup: bool = True
     server_nics: bool = True
+    engine: str = "graphs"
+    accumulation: str = "fp32"
 
     def __post_init__(self) -> None:
         for name in ("bandwidth_fraction", "prefill_mfu", "decode_mfu"):
             value = getattr(self, name)
-            if not 0 < value <= 1:
-                raise ValueError(f"{name} is a fraction (0 < x <= 1), got {value!r}")
+            if value is None and name != "bandwidth_fraction":
+                continue  # the measured GEMM efficiency of each chip
+            if not (isinstance(value, float | int) and 0 < value <= 1):
+                raise ValueError(f"{name} is a fraction (0 < x <= 1)"
+                                 + (" or None (each chip's measured GEMM efficiency)" if name != "bandwidth_fraction"
+                                    else "") + f", got {value!r}")
+        if self.engine not in ENGINES:
+            raise ValueError(f"unknown engine {self.engine!r}; accepted: {', '.join(ENGINES)}")
+        if self.accumulation not in ("fp32", "fp16"):
+            raise ValueError(f"accumulation is 'fp32' or 'fp16', got {self.accumulation!r}")
         if self.step_token_budget < 1:
             raise ValueError(f"step_token_budget must be a positive number of tokens, got {self.step_token_budget!r}")
 
@@ -213,7 +317,13 @@ class Deployment:
     (total over the GPUs) overrides all three. ``num_gpus`` must be a tensor-parallel degree the model allows
     (:func:`tp_allowed`). ``estimate``: ``None`` prices the simple estimate (the source text's formulas at ``mfu``);
     an :class:`Estimate` adds the terms a real server pays (its MFUs replace ``mfu``). :func:`floor_deployment`
-    turns any deployment into its floor.
+    turns any deployment into its floor. ``matmul``: the precision the matmuls run at (a key of
+    :data:`stage5.hardware.MATMULS`: "16-bit", "fp8", "int8", "fp4"); ``None`` goes by the weight width, 1 byte
+    FP8 and anything else 16-bit (:func:`matmul_precision`). ``head_bytes``: bytes per weight of the lookup
+    tables (input embedding, output head, learned positions: :attr:`ModelConfig.table_params`); ``None`` keeps them
+    at 16 bits, or at the body's width where that is wider (:attr:`table_bytes`), as engines do: vLLM's FP8 mode
+    quantizes the linear layers "except for the final lm_head" and leaves the embedding (not a Linear) alone, and
+    GPTQ and AWQ checkpoints quantize only the transformer blocks' linear layers.
     """
 
     model: ModelConfig
@@ -226,18 +336,25 @@ class Deployment:
     estimate: Estimate | None = None
     memory_utilization: float = GPU_MEMORY_UTILIZATION
     memory_policy: str = "fixed"
+    matmul: str | None = None
+    head_bytes: float | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.num_gpus, (int, np.integer)) or isinstance(self.num_gpus, bool) or self.num_gpus < 1:
             raise ValueError(f"num_gpus must be a positive integer, got {self.num_gpus!r}")
         for name in ("weight_bytes", "kv_bytes"):
             inputs.positive(getattr(self, name), name)
+        if self.head_bytes is not None:
+            inputs.positive(self.head_bytes, "head_bytes (bytes per weight of the embedding and output head)")
         inputs.positive(self.mfu, "mfu (a fraction of peak FLOP/s)", maximum=1.0)
         if self.reserve_GiB is not None:
             inputs.real(self.reserve_GiB, "reserve_GiB", low=0.0, accepted="None or a finite number of GiB >= 0")
         inputs.positive(self.memory_utilization, "memory_utilization (a share of GPU memory)", maximum=1.0)
         if self.memory_policy not in MEMORY_POLICIES:
             raise ValueError(f"memory_policy {self.memory_policy!r} is not known; accepted: {', '.join(MEMORY_POLICIES)}")
+        if self.matmul is not None and self.matmul not in MATMULS:
+            raise ValueError(f"matmul {self.matmul!r} is not a matmul precision; accepted: None (by the weight width) "
+                             f"or one of {', '.join(MATMULS)}")
         check_tp(self.model, int(self.num_gpus))
 
     @classmethod
@@ -253,8 +370,9 @@ class Deployment:
 
     @property
     def flops(self) -> float:
-        """Achieved aggregate FLOP/s: dense peak for the weight format x MFU x GPUs."""
-        return self.gpu.flops(self.weight_bytes) * self.mfu * self.num_gpus
+        """Achieved aggregate FLOP/s: the dense peak the mode prices the matmuls at (:func:`tensor_format`) x MFU x
+        GPUs."""
+        return tensor_format(self)[1] * self.mfu * self.num_gpus
 
     @property
     def memory_bytes(self) -> float:
@@ -273,8 +391,13 @@ class Deployment:
         return spare * max(0.0, self.memory_bytes - self.weight_total_bytes)
 
     @property
+    def table_bytes(self) -> float:
+        """Bytes per weight of the lookup tables: ``head_bytes``, or 16 bits (2 bytes) unless the body is wider."""
+        return self.head_bytes if self.head_bytes is not None else max(2.0, self.weight_bytes)
+
+    @property
     def weight_total_bytes(self) -> float:
-        return self.model.weight_bytes(self.weight_bytes)
+        return self.model.weight_bytes(self.weight_bytes, self.table_bytes)
 
     @property
     def kv_bytes_per_token(self) -> float:
@@ -312,6 +435,27 @@ def mode_of(dep: Deployment) -> str:
     return "floor" if is_floor(dep) else "estimate"
 
 
+def matmul_precision(dep: Deployment) -> str:
+    """The precision ``dep``'s matmuls run at: ``dep.matmul``, or by the weight width when it is None (1 byte: FP8
+    weights and activations, W8A8; anything else: 16 bits, the weight-only formats dequantizing to it)."""
+    if dep.matmul is not None:
+        return dep.matmul
+    return "fp8" if dep.weight_bytes == 1.0 else "16-bit"
+
+
+def tensor_format(dep: Deployment) -> tuple[str, float]:
+    """(tensor format, dense peak FLOP/s per GPU) the mode prices ``dep``'s matmuls at (:data:`TENSOR_FORMATS`).
+
+    The floor takes the fastest format a kernel can run the deployment's matmuls in, whatever the accumulation
+    (:meth:`stage5.hardware.Hardware.matmul_rate` with ``fastest``): on an RTX 4090, FP16 with FP16 accumulation at
+    twice the FP32-accumulation rate. The simple estimate and the estimate assume FP32 accumulation, which is what
+    PyTorch's and cuBLASLt's GEMMs use, and say so (:data:`MODE_MEANINGS`); an estimate of an engine that
+    accumulates in FP16 (``Estimate.accumulation``) takes that rate where the chip has it."""
+    fp16_accumulation = dep.estimate is not None and dep.estimate.accumulation == "fp16"
+    return dep.gpu.matmul_rate(matmul_precision(dep), fastest=is_floor(dep),
+                               accumulation="fp16" if fp16_accumulation else "fp32")
+
+
 # The modes, in the order a reader meets them: the simple estimate (chapters 1-8, the CLI's default), the full
 # estimate (chapter 9), and the floor (the physics at peak, no efficiency factor: a lower bound).
 MODES = ("simple", "estimate", "floor")
@@ -320,18 +464,23 @@ MODE_NAMES = {"simple": "simple estimate", "estimate": "estimate", "floor": "flo
 # the appendix: tests/test_mode_meanings.py checks each pastes these), so that no page can define one differently.
 MODE_MEANINGS = {
     "simple": (f"The course's formulas with one efficiency factor, an assumed MFU ({DEFAULT_MFU:.0%} unless stated), "
-               "at the datasheet's bandwidth. A decode step takes KV bytes / bandwidth + max(weight bytes / "
-               "bandwidth, FLOPs / (peak FLOP/s × MFU)): attention is a kernel of its own, so its KV reads add to the "
-               "weight matmuls. Every weight is read, the whole embedding table included; prefill's attention FLOPs "
-               "are left out; batching is perfect and tensor parallelism free. An estimate, not a bound."),
+               "at the datasheet's bandwidth and the FP32-accumulation peak of the deployment's tensor format. A "
+               "decode step takes KV bytes / bandwidth + max(weight bytes / bandwidth, FLOPs / (peak FLOP/s × MFU)): "
+               "attention is a kernel of its own, so its KV reads add to the weight matmuls. Every weight is read, "
+               "the whole embedding table included (kept at 16 bits with the output head, as engines keep them); "
+               "prefill's attention FLOPs are left out; batching is perfect and tensor parallelism free. An "
+               "estimate, not a bound."),
     "estimate": ("The simple estimate with the costs a real server pays, each a term that can be switched off alone: "
-                 "an achieved share of the datasheet's bandwidth and an MFU per phase, both measured elsewhere; the "
-                 "tensor-parallel all-reduces, over every network card of a server past one; prefill's causal "
-                 "attention FLOPs; other requests' prefill chunks riding in each decode step; and only the embedding "
-                 "rows a step's tokens look up read. Attention's KV reads add, as in the simple estimate."),
+                 "an achieved share of the datasheet's bandwidth, measured elsewhere, and each chip's measured GEMM "
+                 "efficiency in place of the MFU; the engine's host time per layer where it launches kernels one by "
+                 "one from Python, and FP16 accumulation where it uses it; the tensor-parallel all-reduces, over every "
+                 "network card of a server past one; prefill's causal attention FLOPs; other requests' prefill chunks "
+                 "riding in each decode step; and only the embedding rows a step's tokens look up read. Attention's "
+                 "KV reads add, as in the simple estimate."),
     "floor": ("The physics at the datasheet's peak, with no efficiency factor: a step takes the larger of its bytes "
               "over the datasheet's bandwidth (the weights, only the embedding rows its tokens look up, and the KV "
-              "cache) and its FLOPs over peak FLOP/s (prefill's causal attention included), every kernel overlapped "
+              "cache) and its FLOPs over the peak of the fastest tensor format a kernel can use for the deployment's "
+              "precision, FP16 accumulation included (prefill's causal attention counted), every kernel overlapped "
               "and communication between GPUs free. No server runs faster."),
 }
 
@@ -388,7 +537,8 @@ def embedding_rows_saved(model: ModelConfig, tokens: ArrayLike) -> np.ndarray:
 
 
 def weight_bytes_read(dep: Deployment, batch: ArrayLike = 1) -> np.ndarray:
-    """Weight bytes one step carrying ``batch`` tokens reads. Dense: all of them (the simple estimate), or, with
+    """Weight bytes one step carrying ``batch`` tokens reads, the lookup tables at their own width
+    (:attr:`Deployment.table_bytes`). Dense: all of them (the simple estimate), or, with
     the estimate's ``embedding_lookup`` term (estimate mode and the floor), all but the input-embedding rows
     no token looks up (:func:`embedding_rows_saved`). MoE: only the experts that at least one of the tokens is
     routed to (:func:`experts_touched`, uniform routing)."""
@@ -397,12 +547,13 @@ def weight_bytes_read(dep: Deployment, batch: ArrayLike = 1) -> np.ndarray:
     b = np.asarray(batch, dtype=float)
     lookup = dep.estimate is not None and dep.estimate.embedding_lookup
     unread = embedding_rows_saved(m, b) if lookup else np.zeros_like(b)
+    tables = (m.table_params - unread) * dep.table_bytes  # embedding, head and positions, at their own width
     if m.num_experts == 1:
-        return (m.num_params - unread) * dep.weight_bytes
+        return (m.num_params - m.table_params) * dep.weight_bytes + tables
     expert = m._expert_params() * m.moe_layers  # one routed expert, summed over the MoE layers
     shared = m.num_params - m.num_experts * expert
     touched = experts_touched(m.num_experts, m.experts_per_token, b)
-    return (shared - unread + touched * expert) * dep.weight_bytes
+    return (shared - m.table_params + touched * expert) * dep.weight_bytes + tables
 
 
 def decode_intensity_with_kv(dep: Deployment, batch: ArrayLike, context: ArrayLike) -> np.ndarray:
@@ -423,15 +574,19 @@ class StepTime:
     """One forward step: both roofline terms and the larger of the two (seconds), plus ``extra_s``, time that
     overlaps neither: the attention kernel's KV reads in a decode step (the simple estimate and the estimate) and
     the all-reduces (the estimate); 0 in the floor, where everything overlaps. ``memory_s`` is then the weight
-    reads alone, so ``bound`` says whether the weight matmuls wait on memory or on arithmetic."""
+    reads alone, so ``bound`` says whether the weight matmuls wait on memory or on arithmetic. ``host_s``: the host's
+    time to launch the pass (estimate mode, :func:`host_s`), which the GPU's work hides unless it is longer."""
 
     memory_s: np.ndarray
     compute_s: np.ndarray
     extra_s: np.ndarray | float = 0.0
+    host_s: np.ndarray | float = 0.0
 
     @property
     def time_s(self) -> np.ndarray:
-        return np.maximum(self.memory_s, self.compute_s) + self.extra_s
+        """The GPU's time, or the host's time to launch the pass where that is longer (an eager engine's small
+        steps: :data:`ENGINES`)."""
+        return np.maximum(np.maximum(self.memory_s, self.compute_s) + self.extra_s, self.host_s)
 
     @property
     def compute_bound(self) -> np.ndarray:
@@ -452,11 +607,12 @@ def achieved_bandwidth(dep: Deployment) -> float:
 
 def achieved_flops(dep: Deployment, phase: str) -> float:
     """Aggregate FLOP/s of ``phase`` ("prefill" or "decode"): peak x ``dep.mfu`` (simple estimate) or x the
-    estimate's MFU for that phase (1 in the floor)."""
+    estimate's MFU for that phase (1 in the floor; ``None``: the chip's measured :func:`gemm_efficiency`)."""
     if dep.estimate is None:
         return dep.flops
+    fmt, peak = tensor_format(dep)
     mfu = dep.estimate.prefill_mfu if phase == "prefill" else dep.estimate.decode_mfu
-    return dep.gpu.flops(dep.weight_bytes) * mfu * dep.num_gpus
+    return peak * (gemm_efficiency(dep.gpu, fmt) if mfu is None else mfu) * dep.num_gpus
 
 
 # The engine's own all-reduce inside one NVLink domain, as vLLM runs it (csrc/custom_all_reduce.cuh,
@@ -570,6 +726,14 @@ def kv_traffic_bytes(dep: Deployment, batch: ArrayLike, context: ArrayLike) -> n
     return np.asarray(batch, dtype=float) * kv_bytes_per_sequence(dep, context)
 
 
+def host_s(dep: Deployment) -> float:
+    """The host's time to launch one forward pass: the layers x the engine's host time per layer
+    (:data:`ENGINES`), in estimate mode; 0 in the floor and the simple estimate."""
+    if dep.estimate is None or is_floor(dep):
+        return 0.0
+    return dep.model.num_layers * ENGINES[dep.estimate.engine].host_s_per_layer
+
+
 def decode_step(dep: Deployment, batch: ArrayLike = 1, context: ArrayLike = 0,
                 tokens_per_seq: ArrayLike = 1) -> StepTime:
     """Time of one decode step for ``batch`` sequences of ``context`` cached tokens each.
@@ -595,7 +759,7 @@ def decode_step(dep: Deployment, batch: ArrayLike = 1, context: ArrayLike = 0,
         step = StepTime(np.asarray(weights + kv), np.asarray(comp))
     else:
         step = StepTime(np.asarray(weights), np.asarray(comp), np.asarray(kv))
-    return replace(step, extra_s=step.extra_s + allreduce_s(dep, b * t))
+    return replace(step, extra_s=step.extra_s + allreduce_s(dep, b * t), host_s=host_s(dep))
 
 
 def decode_floor_s(dep: Deployment) -> float:
@@ -625,7 +789,7 @@ def prefill_step(dep: Deployment, prompt_tokens: ArrayLike, batch: ArrayLike = 1
     if dep.estimate is not None and dep.estimate.prefill_attention:
         flops = flops + b * attention_flops(dep.model, p)
     comp = flops / achieved_flops(dep, "prefill")
-    return StepTime(np.asarray(mem), np.asarray(comp), allreduce_s(dep, tokens))
+    return StepTime(np.asarray(mem), np.asarray(comp), allreduce_s(dep, tokens), host_s(dep))
 
 
 def mixed_step(dep: Deployment, batch: ArrayLike, context: ArrayLike, chunk: ArrayLike,
@@ -642,7 +806,7 @@ def mixed_step(dep: Deployment, batch: ArrayLike, context: ArrayLike, chunk: Arr
     b = np.asarray(batch, dtype=float)
     return StepTime(np.asarray(dec.memory_s + c * dep.kv_bytes_per_token / achieved_bandwidth(dep)),
                     np.asarray(dec.compute_s + flops / achieved_flops(dep, "prefill")),
-                    dec.extra_s + allreduce_s(dep, b + c) - allreduce_s(dep, b))
+                    dec.extra_s + allreduce_s(dep, b + c) - allreduce_s(dep, b), dec.host_s)
 
 
 def mixed_tpot_s(dep: Deployment, concurrency: ArrayLike, prompt: ArrayLike, output: ArrayLike,

@@ -119,9 +119,7 @@ PROMPT, CHUNK, DECODE_BATCH = 4096, 256, 64  # the long prompt, the prefill chun
 
 
 def _double_flops() -> cost.Deployment:
-    from dataclasses import replace
-    gpu = get_gpu("H100-SXM")
-    return cost.Deployment(get_model("llama3-70b"), replace(gpu, flops_bf16=2 * gpu.flops_bf16), 1)
+    return cost.Deployment(get_model("llama3-70b"), get_gpu("H100-SXM").scaled(2.0), 1)
 
 
 def _chunked_step_s(dep: cost.Deployment, batch: int, context: int, chunk: int) -> float:

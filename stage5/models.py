@@ -510,9 +510,19 @@ class ModelConfig:
         out = tokens * self._kv_elements_per_layer() * bytes_per_element
         return float(out) if out.ndim == 0 else out
 
-    def weight_bytes(self, bytes_per_param: float = 2.0) -> float:
-        """Bytes of all resident weights at the given width (2 = BF16, 1 = FP8/INT8, 0.5 = INT4)."""
-        return self.num_params * bytes_per_param
+    @property
+    def table_params(self) -> int:
+        """Parameters in the lookup tables: the input embedding, the output head where it is not tied to it, and a
+        learned position table. Engines keep these in 16 bits when they quantize the rest (book chapter 8)."""
+        head = 0 if self.tie_embeddings else self.vocab_size * self.hidden_size
+        return self.vocab_size * self.hidden_size + head + self.learned_positions * self.hidden_size
+
+    def weight_bytes(self, bytes_per_param: float = 2.0, table_bytes: float | None = None) -> float:
+        """Bytes of all resident weights at the given width (2 = BF16, 1 = FP8/INT8, 0.5 = INT4), the lookup tables
+        (:attr:`table_params`) at ``table_bytes`` (default: the same width)."""
+        tables = self.table_params
+        width = bytes_per_param if table_bytes is None else table_bytes
+        return (self.num_params - tables) * bytes_per_param + tables * width
 
     @property
     def gqa_ratio(self) -> int:

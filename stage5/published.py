@@ -161,6 +161,8 @@ class ServingPoint:
     source_key: str = ""
     kv_pool: tuple[int, int] | None = None  # the engine's KV pool where the setup fixes it: (blocks, tokens per block)
     closed_loop: bool = False  # batch_ms from clients that each send the next request when the last ends
+    cached: int = 0  # prompt tokens already in the engine's KV cache (a multi-round chat's history), not prefilled
+    variant: str = ""  # a second engine or release within the source: its rows are never paired with the others'
 
     @property
     def static(self) -> bool:
@@ -174,7 +176,8 @@ class Source:
     """Where a set of points was published, how it was run, and whether an estimate term was chosen or corrected
     while looking at it (``in_sample``; :data:`stage5.validate.CHOSEN_AFTER_LOOKING` names the corrections).
     ``memory_policy`` and ``max_running`` are the engine's, for the queueing rule (:func:`stage5.validate.queued`):
-    a request beyond them waits."""
+    a request beyond them waits. ``profile`` and ``accumulation`` say how the engine runs (:class:`stage5.cost.Estimate`
+    ``engine`` and ``accumulation``): facts about the engine, read from its documentation or code, not fitted."""
 
     key: str
     engine: str
@@ -184,6 +187,9 @@ class Source:
     in_sample: bool
     memory_policy: str = "fixed"
     max_running: int | None = None
+    profile: str = "graphs"  # how the engine launches a pass, a key of stage5.cost.ENGINES
+    accumulation: str = "fp32"  # what its GEMMs accumulate in (stage5.cost.Estimate.accumulation)
+    added_in: int = 29  # the issue that added the source; those added after the constants were last fixed are fresh
 
 
 def _llama2(name: str, hidden: int, layers: int, heads: int, kv_heads: int, ffn: int) -> ModelConfig:
@@ -422,12 +428,64 @@ FT_530B = {
                (32, 2251, 1741, 2623), (64, 4002, 3114, 3578), (128, None, 5784, 5512), (256, None, 11232, 9614)),
 }
 _FT = "FasterTransformer gpt_guide.md, table 'Performance of Megatron-530B'"
+
+# ------------------------------------------------------------------------------------ added for issue 39
+# Added after the estimate's constants were fixed (commit 5a08bc3: the peaks by format, the engine profiles and the
+# measured GEMM efficiency), so nothing in the estimate was set or chosen while looking at them: the fresh sources of
+# stage5.validate.FRESH_AFTER.
+#
+# TinyChat's README (github.com/mit-han-lab/llm-awq, tinychat/README.md at d6e797a, 2025-07-17, "Speed Benchmarks"):
+# an FP16 baseline ("the default implementation from Huggingface") against TinyChat's AWQ W4A16 engine (4-bit weights,
+# an FP16 scale and zero point per 128, llm-awq's q_group_size default; "FP16 accumulation when applicable" in its
+# W4A16 GEMM), both PyTorch launching each kernel from Python, one request at a time. "A100" is not said to be the 40GB
+# or the 80GB part; it is priced as the 80GB (the faster memory, so the floor stays a floor). Every table the course
+# can price, whole:
+# decoding latency per token, "only 4 context tokens" (exLLaMA's setting); tinychat/benchmark.py then decodes 256
+# tokens: {gpu: ((model, FP16 ms or None for OOM, INT4 ms), ...)}.
+VICUNA_7B = LLAMA2_7B.with_name("vicuna-7b")  # lmsys/vicuna-7b: a Llama 2 7B fine-tune, the same shapes
+TINYCHAT_DECODE = {
+    "RTX-4090": ((get_model("llama3-8b"), 17.07, 6.39), (LLAMA2_7B, 15.50, 5.28), (LLAMA2_13B, None, 9.19),
+                 (VICUNA_7B, 15.81, 5.33)),
+    "A100-80GB": ((get_model("llama3-8b"), 12.37, 6.29), (LLAMA2_7B, 10.77, 5.71), (LLAMA2_13B, 19.08, 7.90),
+                  (VICUNA_7B, 10.54, 5.87)),
+}
+TINYCHAT_DECODE_CONTEXT, TINYCHAT_DECODE_TOKENS = 4, 256
+# Prefilling speed, RTX 4090: time to first token in seconds by prompt length, FP16 and TinyChat (the 2.0 release).
+TINYCHAT_PREFILL_TOKENS = (256, 512, 1024, 2048, 3072, 4096)
+TINYCHAT_PREFILL_4090 = {
+    get_model("llama3-8b"): ((0.031, 0.055, 0.109, 0.211, 0.336, 0.446), (0.021, 0.033, 0.064, 0.131, 0.200, 0.275)),
+    LLAMA2_7B: ((0.029, 0.058, 0.100, 0.211, 0.329, 0.441), (0.018, 0.031, 0.060, 0.124, 0.193, 0.265)),
+}
+# "Comparison with Other Systems": TTFT of 4-bit weight-only Llama 3 8B on an RTX 4090, seconds. TensorRT-LLM (an
+# AWQ W4A16 build, CUDA graphs and a C++ runtime) and TinyChat's legacy release are priced as W4A16 with groups of
+# 128; MLC, llama.cpp and ExLlama V2 are not (:data:`NOT_PRICED`), and TinyChat 2.0's row repeats the prefill table.
+TINYCHAT_OTHERS_TOKENS = (256, 512, 1024, 2048, 4096)
+TINYCHAT_OTHERS_4090 = {"TensorRT-LLM": (0.027, 0.051, 0.100, 0.204, 0.421),
+                        "TinyChat (Legacy)": (0.031, 0.051, 0.101, 0.219, 0.461)}
+TINYCHAT_UNPRICED_SYSTEMS = ("MLC", "llama.cpp", "ExLlama v2", "TinyChat 2.0")
+# "Context Streaming": TTFT in ms of a 32-token question after a history of h tokens, Llama 3 8B on an RTX 4090. The
+# FP16 baseline and the legacy release prefill history and question again; TinyChat 2.0 keeps the history's KV cache.
+TINYCHAT_QUESTION = 32
+TINYCHAT_HISTORY = (16, 32, 64, 128, 256, 512, 1024)
+TINYCHAT_STREAMING_4090 = {"FP16": (21.49, 21.38, 23.51, 40.82, 47.15, 75.41, 162.27),
+                           "TinyChat (Legacy)": (15.20, 14.89, 17.61, 29.66, 44.11, 72.50, 163.90),
+                           "TinyChat 2.0": (14.30, 14.05, 14.05, 14.43, 14.38, 14.35, 14.49)}
+_TINYCHAT = "TinyChat README (llm-awq tinychat/README.md at d6e797a)"
+_TINYCHAT_TAGS = {"TensorRT-LLM": "trtllm", "TinyChat (Legacy)": "legacy", "TinyChat 2.0": "v2", "FP16": "fp16"}
+
 # Published rows the report cannot price, with the reason: (source key, row, reason).
 NOT_PRICED: tuple[tuple[str, str, str], ...] = (
     *(("ft-530b", f"TP 8 x PP 3, batch {b}, {i} in, {o} out: {pp} ms", "pipeline parallel with an unstated microbatch "
        "size (validate prices tensor parallelism only)") for (i, o), t in FT_530B.items() for b, _, _, pp in t),
     *(("ft-530b", f"TP {tp}, batch {b}, {i} in, {o} out: OOM", "no measurement (out of memory)")
       for (i, o), t in FT_530B.items() for b, m16, m32, _ in t for tp, ms in ((16, m16), (32, m32)) if ms is None),
+    *(("tinychat-fp16", f"decoding, {gpu}, {m.name}: OOM", "no measurement (out of memory)")
+      for gpu, t in TINYCHAT_DECODE.items() for m, fp16, _ in t if fp16 is None),
+    *(("tinychat", f"comparison with other systems, {name}", "a 4-bit weight format the README does not name (each "
+       "engine has its own)" if name != "TinyChat 2.0" else "the prefill table's TinyChat row again, rounded apart")
+      for name in TINYCHAT_UNPRICED_SYSTEMS),
+    ("tinychat", "every Jetson Orin table", "no registry entry for the Jetson Orin"),
+    ("tinychat", "every VILA and NVILA row", "vision-language models: their image tokens are not priced"),
 )
 
 SOURCES: dict[str, Source] = {s.key: s for s in (
@@ -456,6 +514,20 @@ SOURCES: dict[str, Source] = {s.key: s for s in (
     Source("ft-530b", "FasterTransformer v5.0 (static batches)", "github.com/NVIDIA/FasterTransformer docs/gpt_guide.md "
            "(commit a44c381)", "v5.0", "Megatron-530B FP16 on 16 and 32 A100-80GB (TP over two and four nodes, "
            "InfiniBand 8 x 200 Gb/s per node); batch 1-256, 20/60/128 in, 8/20 out", in_sample=True),
+    Source("tinychat-fp16", "FP16 baseline in TinyChat's benchmarks (Hugging Face's implementation)",
+           "github.com/mit-han-lab/llm-awq tinychat/README.md (commit d6e797a)", "README of 2025-07-17",
+           "Llama 3 8B, Llama 2 7B/13B, Vicuna 7B in FP16 on one RTX 4090 or A100, batch 1: decode latency with 4 "
+           "context tokens, TTFT of 256-4,096-token prompts and of a 32-token question after a history",
+           in_sample=False, profile="eager", added_in=39),
+    Source("tinychat", "TinyChat (AWQ W4A16, PyTorch)", "github.com/mit-han-lab/llm-awq tinychat/README.md "
+           "(commit d6e797a)", "TinyChat 2.0 and the legacy release, README of 2025-07-17",
+           "the same models with 4-bit AWQ weights (groups of 128) on one RTX 4090 or A100, batch 1; TinyChat 2.0 "
+           "keeps a chat's history in the KV cache", in_sample=False, profile="eager", accumulation="fp16",
+           added_in=39),
+    Source("tinychat-trtllm", "TensorRT-LLM (W4A16), in TinyChat's comparison", "github.com/mit-han-lab/llm-awq "
+           "tinychat/README.md (commit d6e797a), 'Comparison with Other Systems'", "README of 2025-07-17",
+           "Llama 3 8B with 4-bit weight-only quantization on one RTX 4090: TTFT of 256-4,096-token prompts",
+           in_sample=False, added_in=39),
 )}
 # vLLM's EngineArgs default max_num_seqs is 256 (vllm/engine/arg_utils.py, v0.5-0.6): past it requests wait.
 
@@ -497,4 +569,27 @@ SERVING_POINTS: tuple[ServingPoint, ...] = (
                    batch_ms=float(ms), source_key="ft-530b")
       for (i, o), table in FT_530B.items() for b, m16, m32, _ in table for tp, ms in ((16, m16), (32, m32))
       if ms is not None),
+    *(ServingPoint(f"tinychat-{m.name}-{gpu}-{fmt}-decode", m, gpu, 1, fmt, "bf16", 1, TINYCHAT_DECODE_CONTEXT,
+                   TINYCHAT_DECODE_TOKENS, ms, None, f"{_TINYCHAT}, table 'Decoding Speed', {gpu}: {m.name} {label} "
+                   f"latency {ms} ms", source_key=key)
+      for gpu, table in TINYCHAT_DECODE.items() for m, fp16, int4 in table
+      for fmt, ms, label, key in (("bf16", fp16, "FP16", "tinychat-fp16"), ("int4", int4, "INT4", "tinychat"))
+      if ms is not None),
+    *(ServingPoint(f"tinychat-{m.name}-RTX-4090-{fmt}-prefill-p{p}", m, "RTX-4090", 1, fmt, "bf16", 1, p, 1, None,
+                   1e3 * sec, f"{_TINYCHAT}, table 'Prefilling Speed', RTX 4090: {m.name} {label}, {p} tokens: {sec} s",
+                   1e3 * sec, source_key=key)
+      for m, (fp16, tiny) in TINYCHAT_PREFILL_4090.items()
+      for fmt, times, label, key in (("bf16", fp16, "FP16", "tinychat-fp16"), ("int4", tiny, "TinyChat", "tinychat"))
+      for p, sec in zip(TINYCHAT_PREFILL_TOKENS, times, strict=True)),
+    *(ServingPoint(f"tinychat-{_TINYCHAT_TAGS[name]}-llama3-8b-RTX-4090-int4-prefill-p{p}", get_model("llama3-8b"), "RTX-4090", 1, "int4", "bf16", 1, p, 1, None,
+                   1e3 * sec, f"{_TINYCHAT}, table 'Comparison with Other Systems': {name}, {p} tokens: {sec} s", 1e3 * sec,
+                   source_key="tinychat-trtllm" if name == "TensorRT-LLM" else "tinychat",
+                   variant="legacy" if "Legacy" in name else "")
+      for name, times in TINYCHAT_OTHERS_4090.items() for p, sec in zip(TINYCHAT_OTHERS_TOKENS, times, strict=True)),
+    *(ServingPoint(f"tinychat-{_TINYCHAT_TAGS[name]}-llama3-8b-RTX-4090-history{h}", get_model("llama3-8b"), "RTX-4090", 1, "bf16" if name == "FP16" else "int4", "bf16",
+                   1, h + TINYCHAT_QUESTION, 1, None, ms, f"{_TINYCHAT}, table 'Context Streaming', RTX 4090: {name}, "
+                   f"history {h}, question {TINYCHAT_QUESTION}: {ms} ms", ms,
+                   source_key="tinychat-fp16" if name == "FP16" else "tinychat", cached=h if name == "TinyChat 2.0" else 0,
+                   variant="legacy" if "Legacy" in name else "")
+      for name, times in TINYCHAT_STREAMING_4090.items() for h, ms in zip(TINYCHAT_HISTORY, times, strict=True)),
 )

@@ -1,7 +1,8 @@
 """Quantization in the cost model: number formats, and what each of three ways of using them gains end to end.
 
 A format sets two things: the bytes each weight (or each cached key/value element) occupies, and whether the
-matrix multiplications may run at the chip's low-precision rate. Weight-only formats (W8A16, W4A16) keep the
+matrix multiplications may run at the chip's low-precision rate. The lookup tables (input embedding, output head)
+stay at 16 bits whatever the format, as engines keep them (:attr:`stage5.cost.Deployment.table_bytes`). Weight-only formats (W8A16, W4A16) keep the
 activations in 16 bits, so their matmuls run at the BF16 rate: they save bytes, not FLOPs. W8A8 formats (FP8,
 INT8) quantize the activations too, and on a chip with FP8 tensor cores the cost model grants them its FP8
 rate at the same MFU (an estimate that flatters them: low-precision kernels rarely reach the same MFU).
@@ -20,17 +21,17 @@ Gains are ratios of :func:`stage5.cost.request_gpu_seconds` (prefill plus the re
 they are throughput ratios of the whole deployment. The cost model has no scheduling or sampling overhead;
 such fixed costs would not shrink with the bytes, so every gain here is an upper bound.
 
-Why W8A8 FP8 with an FP8 cache gains exactly 2x here, for every traffic mix and batch: every term the simple
-estimate has (weight reads, cache reads, matmul FLOPs at the FP8 rate, for prefill and decode alike) halves. What
-keeps real end-to-end gains below 2x is what it leaves out: scheduling, sampling and detokenising, attention
-arithmetic that stays in 16 bits, communication. ``end_to_end_gain(estimate=cost.Estimate())`` prices the
-last of these (the tensor-parallel all-reduce moves 16-bit activations whatever the format) and comes in
-below 2x.
+Why W8A8 FP8 with an FP8 cache gains just under 2x here: every term the simple estimate has (weight reads, cache
+reads, matmul FLOPs at the FP8 rate, for prefill and decode alike) halves, except the reads of the lookup tables,
+which stay at 16 bits (3% of Llama 3 70B's weights, 13% of Llama 3 8B's). What keeps real end-to-end gains further
+below 2x is what the simple estimate leaves out: scheduling, sampling and detokenising, attention arithmetic that
+stays in 16 bits, communication. ``end_to_end_gain(estimate=cost.Estimate())`` prices the last of these (the
+tensor-parallel all-reduce moves 16-bit activations whatever the format).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -52,9 +53,14 @@ class WeightFormat:
     key: str
     label: str
     bits: int
-    low_precision_matmul: bool
+    matmul: str  # the precision its matmuls run at, a key of stage5.hardware.MATMULS
     group_size: int = 0
     scale_bytes: float = 0.0
+
+    @property
+    def low_precision_matmul(self) -> bool:
+        """Whether the matmuls run below 16 bits (W8A8, W4A4), at a low-precision tensor-core rate."""
+        return self.matmul != "16-bit"
 
     @property
     def bytes(self) -> float:
@@ -63,16 +69,29 @@ class WeightFormat:
 
 
 WEIGHT_FORMATS: dict[str, WeightFormat] = {f.key: f for f in (
-    WeightFormat("bf16", "BF16", 16, False),
-    WeightFormat("fp8", "FP8 (W8A8-FP)", 8, True),
-    WeightFormat("int8", "INT8 (W8A8-INT)", 8, True),
-    WeightFormat("w8a16", "8-bit weights only (W8A16)", 8, False),
+    WeightFormat("bf16", "BF16", 16, "16-bit"),
+    WeightFormat("fp8", "FP8 (W8A8-FP)", 8, "fp8"),
+    WeightFormat("int8", "INT8 (W8A8-INT)", 8, "int8"),
+    WeightFormat("w8a16", "8-bit weights only (W8A16)", 8, "16-bit"),
     # GPTQ and AWQ checkpoints store 4-bit weights with one FP16 scale per group of 128 weights along the input
     # dimension (GPTQ, Frantar et al. 2023, and AWQ, Lin et al. 2024, both evaluate group size 128; it is the
     # default of AutoAWQ's and AutoGPTQ's quantize configs). Zero points, where a checkpoint keeps them, add
     # 4 bits per group more (0.4% here) and are left out.
-    WeightFormat("int4", "INT4 weights only (W4A16, FP16 scale per 128)", 4, False, group_size=128, scale_bytes=2.0),
-    WeightFormat("int4-g32", "INT4 weights only (W4A16, FP16 scale per 32)", 4, False, group_size=32, scale_bytes=2.0),
+    WeightFormat("int4", "INT4 weights only (W4A16, FP16 scale per 128)", 4, "16-bit", group_size=128,
+                 scale_bytes=2.0),
+    WeightFormat("int4-g32", "INT4 weights only (W4A16, FP16 scale per 32)", 4, "16-bit", group_size=32,
+                 scale_bytes=2.0),
+    # The 4-bit floating-point formats, weights and activations both (W4A4), multiplied by FP4 tensor cores where
+    # the chip has them (Blackwell; elsewhere engines dequantize to 16 bits, and the floor may use FP8 tensor cores,
+    # which hold E2M1 values exactly: stage5.hardware.EXACT_IN). Both store E2M1 values (1 sign, 2 exponent, 1
+    # mantissa bit) with a scale per block:
+    # NVFP4: one FP8 (E4M3) scale per 16 values, and one FP32 scale per tensor (negligible here), so 4 + 8 / 16 = 4.5
+    # bits (NVIDIA, "Introducing NVFP4 for Efficient and Accurate Low-Precision Inference", NVIDIA Technical Blog,
+    # June 2025: "micro-block scaling" of 16 values with an E4M3 scale, plus a second-level FP32 per-tensor scale).
+    WeightFormat("nvfp4", "NVFP4 (W4A4, E2M1 with an E4M3 scale per 16)", 4, "fp4", group_size=16, scale_bytes=1.0),
+    # MXFP4: one shared E8M0 scale (8 bits, a power of two) per block of 32 values, so 4 + 8 / 32 = 4.25 bits (OCP
+    # Microscaling Formats (MX) Specification v1.0, 2023, section 5: block size k = 32, scale E8M0, element E2M1).
+    WeightFormat("mxfp4", "MXFP4 (W4A4, E2M1 with an E8M0 scale per 32)", 4, "fp4", group_size=32, scale_bytes=1.0),
 )}
 
 KV_FORMATS: dict[str, float] = {"bf16": 2.0, "fp8": 1.0, "int8": 1.0}
@@ -99,10 +118,10 @@ def weight_format(key: str) -> WeightFormat:
 
 
 def table_16bit_extra_bytes(model: str | ModelConfig, weights: str) -> float:
-    """Bytes one vocabulary x hidden table (the output head, or the input embedding) takes at 16 bits beyond what
-    the cost model charges it at ``weights``. The cost model stores every weight in the format; engines keep these
-    tables in 16 bits (vLLM's FP8 mode quantizes the linear layers but the output head, GPTQ and AWQ checkpoints
-    leave the head alone: book chapter 8)."""
+    """Bytes one vocabulary x hidden table (the output head, or the input embedding) takes at 16 bits beyond what it
+    would at ``weights``: what keeping it in 16 bits costs. Engines keep these tables in 16 bits (vLLM's FP8 mode
+    quantizes the linear layers but the output head, GPTQ and AWQ checkpoints leave the head alone: book chapter 8),
+    and so does the cost model (:attr:`stage5.cost.Deployment.table_bytes`)."""
     cfg = get_model(model)
     return cfg.vocab_size * cfg.hidden_size * (weight_format("bf16").bytes - weight_format(weights).bytes)
 
@@ -118,13 +137,13 @@ def kv_format(key: str) -> float:
 
 
 def gpu_for(gpu: str | Hardware, weights: str) -> Hardware:
-    """The accelerator as the format sees it: weight-only formats lose the low-precision matmul rate.
+    """The accelerator as the format sees it: weight-only formats lose the low-precision matmul rates.
 
     (:meth:`Hardware.flops` grants the FP8 rate to every 1-byte width; a W8A16 kernel dequantizes to BF16
-    and multiplies at the BF16 rate, so that rate is removed here.)
+    and multiplies at the BF16 rate, so those rates are removed here.)
     """
     hw = get_gpu(gpu)
-    return hw if weight_format(weights).low_precision_matmul else replace(hw, flops_fp8=None)
+    return hw if weight_format(weights).low_precision_matmul else hw.without_low_precision()
 
 
 def deployment(model: str | ModelConfig, gpu: str | Hardware, num_gpus: int = 1, weights: str = "bf16",
@@ -132,7 +151,7 @@ def deployment(model: str | ModelConfig, gpu: str | Hardware, num_gpus: int = 1,
     """A :class:`stage5.cost.Deployment` with the weight and KV formats named as strings."""
     fmt = weight_format(weights)
     return cost.Deployment(get_model(model), gpu_for(gpu, weights), num_gpus, weight_bytes=fmt.bytes,
-                           kv_bytes=kv_format(kv), **kw)
+                           kv_bytes=kv_format(kv), matmul=fmt.matmul, **kw)
 
 
 def case_deployments(model: str | ModelConfig, gpu: str | Hardware, num_gpus: int, weights: str = "fp8",

@@ -20,7 +20,7 @@ out separately.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
 import numpy as np
 
@@ -38,6 +38,20 @@ METRICS = {"tpot_ms": "TPOT/ITL", "ttft_ms": "TTFT", "batch_ms": "throughput"}
 # Estimate terms chosen or corrected after looking at a source's rows, with the sources looked at. Those sources
 # count as in sample (:attr:`stage5.published.Source.in_sample`); the report gives the shares without each term.
 CHOSEN_AFTER_LOOKING = {"server_nics": ("ft-530b",)}
+# The estimate's constants were last fixed for issue 39 (commit 5a08bc3: peaks by format, engine profiles, measured
+# GEMM efficiency). Sources added in or after it (:attr:`stage5.published.Source.added_in`) were never looked at while
+# a constant was set: the fresh sources, on which issue 39's targets are judged.
+FRESH_AFTER = 39
+# Issue 39's targets, each on the fresh sources and source-balanced: lever ratios within 25% on 80% of pairs, TPOT
+# within x1.5 on 90% of points, TTFT within x1.5 on 70%; and the floor at or below every point of every source.
+TARGET_RATIO_SHARE = 0.8
+TARGET_TPOT_WIDE = 0.9
+TARGET_TTFT_WIDE = 0.7
+# What a lever ratio compares: two points of one source (and one engine release of it) that differ in exactly one of
+# these groups of settings and agree on the rest.
+LEVERS = {"batch": ("concurrency",), "format": ("weights", "kv"), "lengths": ("prompt", "output", "cached"),
+          "model": ("model",), "gpus": ("num_gpus",), "gpu": ("gpu",)}
+BAND_COVERAGE = 0.8  # the error band an estimate is printed with covers this share of held-out points
 
 
 @dataclass(frozen=True)
@@ -73,18 +87,31 @@ def batch_s(dep: cost.Deployment, batch: int, prompt: int, output: int) -> float
     return prefill + (output - 1) * float(cost.decode_step(dep, batch, prompt + output / 2).time_s)
 
 
-def predict_ms(point: ServingPoint, metric: str, mode: str, estimate: cost.Estimate | None = None) -> float:
-    """One point's ``metric`` (a key of :data:`METRICS`) in ``mode`` ("floor" or "estimate"), in ms."""
+def predict_ms(point: ServingPoint, metric: str, mode: str, estimate: cost.Estimate | None = None,
+               engine: str | None = None) -> float:
+    """One point's ``metric`` (a key of :data:`METRICS`) in ``mode`` ("floor" or "estimate"), in ms; ``engine``
+    overrides the source's launch profile (:func:`point_estimate`)."""
     dep = _deployment(point)
-    return _priced_ms(cost.floor_deployment(dep) if mode == "floor" else cost.estimate_deployment(dep, estimate),
-                      point, metric)
+    return _priced_ms(cost.floor_deployment(dep) if mode == "floor"
+                      else cost.estimate_deployment(dep, point_estimate(point, estimate, engine)), point, metric)
+
+
+def point_estimate(point: ServingPoint, estimate: cost.Estimate | None = None,
+                   engine: str | None = None) -> cost.Estimate:
+    """``estimate`` (default: the default terms) with the engine the point's source ran: its launch profile (or
+    ``engine``) and its GEMMs' accumulation (:attr:`stage5.published.Source.profile`), inputs, not constants."""
+    source = SOURCES.get(point.source_key)
+    est = estimate or cost.Estimate()
+    if source is None:
+        return est if engine is None else replace(est, engine=engine)
+    return replace(est, engine=engine or source.profile, accumulation=source.accumulation)
 
 
 def _priced_ms(dep: cost.Deployment, point: ServingPoint, metric: str) -> float:
     if metric == "tpot_ms":
         return 1e3 * float(cost.mixed_tpot_s(dep, point.concurrency, point.prompt, point.output))
-    if metric == "ttft_ms":
-        return 1e3 * float(cost.ttft_s(dep, point.prompt))
+    if metric == "ttft_ms":  # a prompt whose first tokens are cached prefills only the rest
+        return 1e3 * float(cost.ttft_s(dep, point.prompt, point.cached / point.prompt))
     if metric == "batch_ms":
         return 1e3 * batch_s(dep, point.concurrency, point.prompt, point.output)
     raise ValueError(f"unknown metric {metric!r}; accepted: {', '.join(METRICS)}")
@@ -138,10 +165,10 @@ def priced_metrics() -> list[tuple[ServingPoint, str]]:
     return [(p, m) for p in SERVING_POINTS if not queued(p) for m in METRICS if getattr(p, m) is not None]
 
 
-def rows(estimate: cost.Estimate | None = None) -> list[Row]:
+def rows(estimate: cost.Estimate | None = None, engine: str | None = None) -> list[Row]:
     """Every row of :func:`priced_metrics` with both predictions (``estimate``: the estimate's terms, default
-    ones)."""
-    return [Row(p.id, m, getattr(p, m), predict_ms(p, m, "floor"), predict_ms(p, m, "estimate", estimate),
+    ones; ``engine``: one launch profile for every source instead of each source's own)."""
+    return [Row(p.id, m, getattr(p, m), predict_ms(p, m, "floor"), predict_ms(p, m, "estimate", estimate, engine),
                 p.source_key, p.gpu) for p, m in priced_metrics()]
 
 
@@ -157,6 +184,8 @@ def in_wide_band(ratio: float) -> bool:
 
 def _shares(table: list[Row]) -> dict[str, float]:
     ratios = [r.estimate_ratio for r in table]
+    if not ratios:
+        return {"points": 0}
     return {"points": len(ratios), "within_25pct": float(np.mean([in_band(x) for x in ratios])),
             "within_1.5x": float(np.mean([in_wide_band(x) for x in ratios])),
             "median_ratio": float(np.median(ratios)),
@@ -171,20 +200,178 @@ def _grouped(table: list[Row], key) -> dict[str, dict[str, float]]:
 
 
 def balanced(by_source: dict[str, dict[str, float]]) -> dict[str, float]:
-    """Source-balanced shares: the mean over sources of each source's share."""
-    return {k: float(np.mean([s[k] for s in by_source.values()])) for k in ("within_25pct", "within_1.5x")}
+    """Source-balanced shares: the mean over sources of each source's share (sources without points left out)."""
+    scored = [s for s in by_source.values() if s.get("points")]
+    return {k: float(np.mean([s[k] for s in scored])) if scored else float("nan")
+            for k in ("within_25pct", "within_1.5x")}
+
+
+def is_fresh(source_key: str) -> bool:
+    """Whether a source was added after the estimate's constants were last fixed (:data:`FRESH_AFTER`)."""
+    return SOURCES[source_key].added_in >= FRESH_AFTER
+
+
+SPLITS = {"in_sample": lambda k: SOURCES[k].in_sample, "held_out": lambda k: not SOURCES[k].in_sample,
+          "fresh": is_fresh}
 
 
 def shares(table: list[Row]) -> dict[str, object]:
-    """Shares of ``table`` per source, per metric and per GPU, source-balanced, and in-sample against held out."""
+    """Shares of ``table`` per source (with each source's shares per metric), per metric and per GPU,
+    source-balanced, and for each split of the sources (:data:`SPLITS`: in sample, held out, and the fresh sources
+    added after the constants were fixed), with the split's source-balanced shares per metric."""
     by_source = _grouped(table, lambda r: r.source)
+    for name, entry in by_source.items():
+        entry["by_metric"] = _grouped([r for r in table if r.source == name], lambda r: METRICS[r.metric])
     split = {}
-    for name, flag in (("in_sample", True), ("held_out", False)):
-        part = [r for r in table if SOURCES[r.source].in_sample is flag]
+    for name, belongs in SPLITS.items():
+        part = [r for r in table if belongs(r.source)]
         part_sources = _grouped(part, lambda r: r.source)
-        split[name] = {"sources": sorted(part_sources), **_shares(part), "source_balanced": balanced(part_sources)}
+        per_metric = {label: balanced(_grouped([r for r in part if r.metric == m], lambda r: r.source))
+                      for m, label in METRICS.items() if any(r.metric == m for r in part)}
+        split[name] = {"sources": sorted(part_sources), **_shares(part), "source_balanced": balanced(part_sources),
+                       "by_metric": per_metric}
     return {"by_source": by_source, "by_metric": _grouped(table, lambda r: METRICS[r.metric]),
             "by_gpu": _grouped(table, lambda r: r.gpu), "source_balanced": balanced(by_source), **split}
+
+
+# ------------------------------------------------------------------------------------ lever ratios
+@dataclass(frozen=True)
+class Pair:
+    """Two points of one source that differ in one lever: the measured and the estimated ratio of their metric."""
+
+    source: str
+    lever: str  # a key of LEVERS
+    metric: str
+    a: str
+    b: str
+    measured: float  # measured a / measured b
+    estimate: float  # estimate a / estimate b
+
+    @property
+    def error(self) -> float:
+        """The estimated ratio over the measured one: 1 when the estimate gets the lever's effect exactly."""
+        return self.estimate / self.measured
+
+
+def _settings(point: ServingPoint) -> dict[str, tuple]:
+    model = point.model if isinstance(point.model, str) else point.model.name
+    values = {"model": model, **{f: getattr(point, f) for fs in LEVERS.values() for f in fs if f != "model"}}
+    return {lever: tuple(values[f] for f in fields) for lever, fields in LEVERS.items()}
+
+
+def pairs(table: list[Row], points: dict[str, ServingPoint] | None = None) -> list[Pair]:
+    """Every pair of rows of one source, one engine release (:attr:`ServingPoint.variant`) and one metric whose points
+    differ in exactly one lever (:data:`LEVERS`), in the table's order. ``points``: the rows' points by id (default:
+    :data:`stage5.published.SERVING_POINTS`)."""
+    points = points if points is not None else {p.id: p for p in SERVING_POINTS}
+    groups: dict[tuple, list[Row]] = {}
+    for r in table:
+        groups.setdefault((r.source, points[r.id].variant, r.metric), []).append(r)
+    out = []
+    for (source, _, metric), rows_ in groups.items():
+        settings = [_settings(points[r.id]) for r in rows_]
+        for i in range(len(rows_)):
+            for j in range(i + 1, len(rows_)):
+                differ = [lever for lever in LEVERS if settings[i][lever] != settings[j][lever]]
+                if len(differ) == 1:
+                    a, b = rows_[i], rows_[j]
+                    out.append(Pair(source, differ[0], metric, a.id, b.id, a.measured / b.measured,
+                                    a.estimate / b.estimate))
+    return out
+
+
+def _pair_shares(group: list[Pair]) -> dict[str, float]:
+    return {"pairs": len(group), "within_25pct": float(np.mean([in_band(p.error) for p in group])) if group
+            else float("nan")}
+
+
+def ratio_shares(table: list[Row]) -> dict[str, object]:
+    """Lever ratios scored like the absolute figures: the share of pairs (:func:`pairs`) whose estimated ratio is
+    within 25% of the measured one, per lever, per source (and per lever within it), source-balanced, and for each
+    split of the sources (:data:`SPLITS`)."""
+    every = pairs(table)
+
+    def summarise(group: list[Pair]) -> dict[str, object]:
+        by_source = {}
+        for k in sorted({p.source for p in group}):
+            mine = [p for p in group if p.source == k]
+            by_source[k] = {**_pair_shares(mine), "by_lever": {lv: _pair_shares([p for p in mine if p.lever == lv])
+                                                                for lv in LEVERS if any(p.lever == lv for p in mine)}}
+        return {**_pair_shares(group),
+                "source_balanced": float(np.mean([s["within_25pct"] for s in by_source.values()])) if by_source
+                else float("nan"),
+                "by_lever": {lv: _pair_shares([p for p in group if p.lever == lv]) for lv in LEVERS
+                             if any(p.lever == lv for p in group)},
+                "by_source": by_source}
+
+    out = summarise(every)
+    for name, belongs in SPLITS.items():
+        out[name] = summarise([p for p in every if belongs(p.source)])
+    return out
+
+
+# ------------------------------------------------------------------------------------ the estimate's error band
+def _weighted_quantile(values: np.ndarray, weights: np.ndarray, q: float) -> float:
+    order = np.argsort(values)
+    v, w = values[order], weights[order]
+    cum = (np.cumsum(w) - 0.5 * w) / w.sum()
+    return float(np.interp(q, cum, v))
+
+
+def error_bands(table: list[Row] | None = None, coverage: float = BAND_COVERAGE) -> dict[str, dict[str, object]]:
+    """For each metric and engine profile: the band of measured / estimate that ``coverage`` of the held-out points
+    fall in, each source weighing as much as any other (weighted quantiles at (1 - coverage) / 2 and
+    (1 + coverage) / 2), with the points and sources it rests on. Held out: the sources no estimate term was chosen
+    on (:attr:`stage5.published.Source.in_sample` False)."""
+    if not 0 < coverage < 1:
+        raise ValueError(f"coverage is a share strictly between 0 and 1, got {coverage!r}")
+    table = rows() if table is None else table
+    out: dict[str, dict[str, object]] = {}
+    for metric in METRICS:
+        for profile in cost.ENGINES:
+            part = [r for r in table if r.metric == metric and not SOURCES[r.source].in_sample
+                    and SOURCES[r.source].profile == profile]
+            if not part:
+                continue
+            sources = [r.source for r in part]
+            counts = {k: sources.count(k) for k in set(sources)}
+            weights = np.array([1 / counts[k] for k in sources])
+            ratio = np.array([1 / r.estimate_ratio for r in part])  # measured / estimate
+            out.setdefault(metric, {})[profile] = {
+                "low": _weighted_quantile(ratio, weights, (1 - coverage) / 2),
+                "high": _weighted_quantile(ratio, weights, (1 + coverage) / 2),
+                "coverage": coverage, "points": len(part), "sources": sorted(counts)}
+    return out
+
+
+_BANDS: dict[str, dict[str, object]] | None = None
+
+
+def error_band(metric: str, profile: str = "graphs") -> dict[str, object] | None:
+    """:func:`error_bands` for one metric and engine profile, computed once per process; None where no held-out
+    point has that metric and engine."""
+    global _BANDS
+    if metric not in METRICS:
+        raise ValueError(f"unknown metric {metric!r}; accepted: {', '.join(METRICS)}")
+    if profile not in cost.ENGINES:
+        raise ValueError(f"unknown engine {profile!r}; accepted: {', '.join(cost.ENGINES)}")
+    if _BANDS is None:
+        _BANDS = error_bands()
+    return _BANDS.get(metric, {}).get(profile)
+
+
+def band_sentence(metric: str, profile: str = "graphs") -> str:
+    """The sentence an estimate of ``metric`` is printed with: where held-out measurements of such engines fell
+    against such estimates (:func:`error_band`)."""
+    band = error_band(metric, profile)
+    label = METRICS[metric].split("/")[0]
+    if band is None:
+        return f"no published measurement of a {profile} engine's {label} was held out, so this estimate has no error band"
+    sources = band["sources"]
+    named = ", ".join(sources) if len(sources) <= 3 else f"{len(sources)} sources"
+    return (f"published {label} measurements of {profile} engines this course did not fit on came out at "
+            f"{band['low']:.2f}-{band['high']:.2f}x such estimates in {band['coverage']:.0%} of cases "
+            f"({band['points']} points from {named}, each source weighed alike)")
 
 
 def by_concurrency(report: dict[str, object], bands: dict[str, tuple[int, int]]) -> dict[str, tuple[int, float, float]]:
@@ -209,11 +396,14 @@ def summary(estimate: cost.Estimate | None = None) -> dict[str, object]:
             "floor_is_lower_bound": bool(all(r.floor <= r.measured for r in table)),
             "shares": shares(table),
             "sources": {k: {"engine": s.engine, "address": s.address, "version": s.version, "setup": s.setup,
-                            "in_sample": s.in_sample} for k, s in SOURCES.items()},
+                            "in_sample": s.in_sample, "fresh": is_fresh(k), "profile": s.profile,
+                            "accumulation": s.accumulation} for k, s in SOURCES.items()},
             "set_aside_queued": [p.id for p in excluded()],
             "not_priced": [{"source": k, "row": row, "reason": why} for k, row, why in NOT_PRICED],
             "static_batches_memory_model_rejects": [p.id for p in SERVING_POINTS if memory_disagrees(p)],
-            "chosen_after_looking": after_looking()}
+            "chosen_after_looking": after_looking(),
+            "fresh_sources": sorted(k for k in SOURCES if is_fresh(k)),
+            "ratios": ratio_shares(table), "error_bands": error_bands(table)}
 
 
 def after_looking() -> dict[str, dict[str, object]]:
@@ -304,7 +494,8 @@ def fitted_shares(bandwidths: tuple[float, ...] = FIT_BANDWIDTH, mfus: tuple[flo
     constants reaches in both bands at once are the sums of one choice per group (their Pareto frontier, built group
     by group). The time per step adds once per step the model prices: one for a TPOT or a TTFT (:func:`ttft_s`
     prices a prompt as one prefill step, whatever its length), ``output`` for a static batch (its prefill and
-    ``output - 1`` decode steps, as :func:`batch_s` prices it)."""
+    ``output - 1`` decode steps, as :func:`batch_s` prices it). It stands in for the engine's launch time, so the
+    fit charges no host time of its own (every row priced as a "graphs" engine)."""
     if not (bandwidths and mfus and step_ms):
         raise ValueError("fitted_shares needs at least one bandwidth fraction, one MFU and one time per step")
     if not all(np.isfinite(o) and o >= 0 for o in step_ms):
@@ -323,8 +514,8 @@ def fitted_shares(bandwidths: tuple[float, ...] = FIT_BANDWIDTH, mfus: tuple[flo
     _, inverse, counts = np.unique(keys["source"], return_inverse=True, return_counts=True)
     weight = 1 / (len(counts) * counts[inverse])
     grid = [(b, u) for b in bandwidths for u in mfus]
-    est = np.array([[_priced_ms(cost.estimate_deployment(d, cost.Estimate(bandwidth_fraction=b, prefill_mfu=u,
-                                                                          decode_mfu=u)), p, m)
+    est = np.array([[_priced_ms(cost.estimate_deployment(d, point_estimate(p, cost.Estimate(
+                         bandwidth_fraction=b, prefill_mfu=u, decode_mfu=u), engine="graphs")), p, m)
                      for d, (p, m) in zip(base, priced, strict=True)] for b, u in grid])
     candidates = np.array([(b, u, o) for (b, u) in grid for o in step_ms])
     ratio = (est[:, None, :] + np.asarray(step_ms)[None, :, None] * steps) / measured
@@ -420,8 +611,28 @@ def main(argv: list[str] | None = None) -> int:
         part = sh[name]
         print(f"{name.replace('_', ' ')} ({', '.join(part['sources'])}): source-balanced within 25% "
               f"{part['source_balanced']['within_25pct']:.0%}, within x1.5 {part['source_balanced']['within_1.5x']:.0%}")
+    print(f"fresh (added after the constants were fixed, issue {FRESH_AFTER}: {', '.join(sh['fresh']['sources'])}): "
+          f"source-balanced within 25% {sh['fresh']['source_balanced']['within_25pct']:.0%}, within x1.5 "
+          f"{sh['fresh']['source_balanced']['within_1.5x']:.0%}")
+    for name in SPLITS:
+        per = ", ".join(f"{m} {v['within_25pct']:.0%} / {v['within_1.5x']:.0%}" for m, v in sh[name]["by_metric"].items())
+        print(f"  {name.replace('_', ' ')} by regime (within 25% / within x1.5): {per}")
     for term, got in report["chosen_after_looking"].items():
         off = got["source_balanced_without"]
         print(f"chosen after looking at {', '.join(got['looked_at'])}: {term}; without it, source-balanced within 25% "
               f"{off['within_25pct']:.0%}, within x1.5 {off['within_1.5x']:.0%}")
+    ratios = report["ratios"]
+    print(f"lever ratios (pairs of one source differing in one lever), estimated within 25% of measured: "
+          f"{ratios['within_25pct']:.0%} of {ratios['pairs']} pairs, source-balanced {ratios['source_balanced']:.0%}")
+    for lever, got in ratios["by_lever"].items():
+        print(f"  {lever:<8} {got['pairs']:>5} pairs  within 25%: {got['within_25pct']:>4.0%}")
+    for name in SPLITS:
+        part = ratios[name]
+        print(f"  {name.replace('_', ' ')}: source-balanced {part['source_balanced']:.0%} of {part['pairs']} pairs")
+    for source, got in ratios["by_source"].items():
+        print(f"  {source:<16} {got['pairs']:>5} pairs  within 25%: {got['within_25pct']:>4.0%}")
+    print("error bands of the estimate (measured / estimate, held-out points):")
+    for metric, profiles in report["error_bands"].items():
+        for profile in profiles:
+            print(f"  {METRICS[metric]} ({profile}): {band_sentence(metric, profile)}")
     return 0

@@ -59,7 +59,7 @@ def test_decode_intensity_in_bf16_equals_the_batch():
 
 def test_doubling_flops_leaves_batch1_decode_unchanged():
     h100 = get_gpu("H100")
-    faster = type(h100)("H100x2", 2 * h100.flops_bf16, 2 * h100.flops_fp8, h100.bandwidth, h100.memory_bytes, "test")
+    faster = h100.scaled(2.0)
     m = get_model("llama3-8b")
     assert cost.decode_floor_s(cost.Deployment(m, faster)) == cost.decode_floor_s(cost.Deployment(m, h100))
 
@@ -125,7 +125,7 @@ def test_weights_that_do_not_fit_say_by_how_much():
         cost.max_concurrency(d, 4096)
     # FP8 weights fit the card but not beside a 20% reserve: the message names the resource and the rule
     tight = cost.Deployment.of("llama3-70b", "H100", 1, weight_bytes=1, memory_utilization=0.8, memory_policy="card")
-    with pytest.raises(cost.InfeasibleDeployment, match=r"no memory is left for the KV cache: weights 65.7 GiB \+ "
+    with pytest.raises(cost.InfeasibleDeployment, match=r"no memory is left for the KV cache: weights 67.7 GiB \+ "
                        r"reserve 16.0 GiB \(20% of the cards, memory_utilization 0.8\) exceed memory 80.0 GiB"):
         cost.max_concurrency(tight, 4096)
 

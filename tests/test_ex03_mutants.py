@@ -34,7 +34,9 @@ MUTANTS = [
     ("KV reads hidden under the arithmetic (the source's max form)", "return attention + max(weights, compute)",
      "return max(attention + weights, compute)"),
     ("KV without the factor 2 for keys and values", "return 2 * m.num_layers", "return m.num_layers"),
-    ("bandwidth of one GPU, not num_gpus", "weights = N * w / (g.bandwidth * n)", "weights = N * w / g.bandwidth"),
+    ("bandwidth of one GPU, not num_gpus", "weights = wbytes(w) / (g.bandwidth * n)",
+     "weights = wbytes(w) / g.bandwidth"),
+    ("the embedding and output head quantized with the rest", "return (N - T) * w + 2 * T", "return N * w"),
     ("FP8 weights keep the BF16 FLOP/s", "peak = g.flops_fp8 if (w == 1 and g.flops_fp8) else g.flops_bf16",
      "peak = g.flops_bf16"),
     ("a multiply-add counted as 1 FLOP", "compute = 2 * N * batch", "compute = N * batch"),
@@ -55,7 +57,7 @@ MUTANTS = [
 EQUIVALENT = [
     # a prefill is memory-bound only for prompts of a few hundred tokens, whose KV writes are a rounding error
     # next to the weights (0.02% of a gain on the hidden set); long prompts are compute-bound
-    ("prefill reads no KV cache", "(N * w + tokens * kv(c))", "(N * w)"),
+    ("prefill reads no KV cache", "(wbytes(w) + tokens * kv(c))", "(wbytes(w))"),
 ]
 
 

@@ -20,7 +20,8 @@ def test_diagnosis_of_a_chat_deployment():
     assert set(d.gains) == set(levers.LEVERS)
     assert d.best_lever == "batching" and d.phase == "decode" and d.decode_bound == "memory"
     assert d.batching_target == d.max_concurrency == 400
-    assert d.gains["quantization"] == pytest.approx(2.0)
+    # FP8 halves every byte and FLOP the simple estimate charges but the 16-bit embedding and head (3% of the weights)
+    assert 1.95 < d.gains["quantization"] < 2.0
     assert 1 < d.gains["speculative"] < d.gains["batching"]
 
 

@@ -5,22 +5,38 @@ import pytest
 
 from stage5 import cost
 from stage5.figures import figure
-from stage5.quantization import CASES, decode_step_gain, deployment, end_to_end_gain, gpu_for, weight_format
+from stage5.quantization import (
+    CASES,
+    WEIGHT_FORMATS,
+    decode_step_gain,
+    deployment,
+    end_to_end_gain,
+    gpu_for,
+    weight_format,
+)
 
 ARGS = ("llama3-70b", "H100-SXM", 4)
 
 
-def test_fp8_halves_the_batch1_floor_and_doubles_intensity():
-    assert figure("fp8_decode_floor_ms_4xH100") == pytest.approx(figure("decode_floor_ms_4xH100") / 2)
+def test_fp8_halves_the_batch1_floor_but_the_tables_and_doubles_intensity():
+    from stage5.models import get_model
+    m = get_model(ARGS[0])
+    body, tables = m.num_params - m.table_params, m.table_params  # the tables stay at 16 bits (2 bytes)
+    bf16 = figure("decode_floor_ms_4xH100")
+    assert figure("fp8_decode_floor_ms_4xH100") == pytest.approx(bf16 * (body * 1.0 + tables * 2) / (m.num_params * 2))
     # 4-bit weights carry an FP16 scale per 128 weights: 0.515625 bytes a weight, not a quarter of BF16's 2
-    assert figure("int4_decode_floor_ms_4xH100") == pytest.approx(figure("decode_floor_ms_4xH100") * (0.5 + 2 / 128) / 2)
+    assert figure("int4_decode_floor_ms_4xH100") == pytest.approx(
+        bf16 * (body * (0.5 + 2 / 128) + tables * 2) / (m.num_params * 2))
+    assert figure("fp8_decode_floor_ms_4xH100") > bf16 / 2  # the 16-bit tables keep it above half
     assert float(cost.decode_intensity(7, 1.0)) == 2 * float(cost.decode_intensity(7, 2.0))
 
 
 def test_weights_only_gain_is_set_by_kv_share_in_the_worked_example():
-    w, kv = figure("llama3_70b_weights_GB"), figure("kv_traffic_GB_b125_s4096")
-    assert figure("fp8_w_decode_gain_b125_s4096") == pytest.approx((w + kv) / (w / 2 + kv), rel=1e-3)
-    assert figure("fp8_wkv_decode_gain_b125_s4096") == pytest.approx(2.0)
+    w, kv, w8 = figure("llama3_70b_weights_GB"), figure("kv_traffic_GB_b125_s4096"), figure("fp8_weights_GB")
+    assert figure("fp8_w_decode_gain_b125_s4096") == pytest.approx((w + kv) / (w8 + kv), rel=1e-3)
+    # weights and cache both in FP8: every byte halves but the 16-bit tables', so just under 2x
+    assert figure("fp8_wkv_decode_gain_b125_s4096") == pytest.approx((w + kv) / (w8 + kv / 2), rel=1e-3)
+    assert 1.9 < figure("fp8_wkv_decode_gain_b125_s4096") < 2.0
 
 
 def test_weight_only_formats_keep_the_bf16_matmul_rate():
@@ -79,18 +95,24 @@ def test_ridge_moves_only_for_formats_with_a_low_precision_matmul():
 
 
 def test_fp8_weights_and_cache_stay_below_two_in_estimate_mode():
-    """The simple estimate halves every term it has under W8A8 FP8 with an FP8 cache (exactly 2x); estimate mode's
-    tensor-parallel all-reduce moves 16-bit activations whatever the format, so there the gain is below 2x,
-    and on one GPU (no all-reduce) it is not."""
+    """The simple estimate halves every term it has under W8A8 FP8 with an FP8 cache but the 16-bit tables' reads:
+    with the tables in FP8 too it gains exactly 2x, with them at 16 bits a little less. Estimate mode's
+    tensor-parallel all-reduce moves 16-bit activations whatever the format, so there the gain is lower still, and on
+    one GPU (no all-reduce) it is not."""
     p, o, b = np.array([256, 1024, 4096]), np.array([2048, 256, 256]), 64
-    assert end_to_end_gain(*ARGS, p, o, b, "fp8", "weights+kv") == pytest.approx(2.0)
+    every = deployment(*ARGS, "fp8", "fp8", head_bytes=1.0)
+    assert np.all(cost.request_gpu_seconds(deployment(*ARGS), p, o, b) / cost.request_gpu_seconds(every, p, o, b)
+                  == pytest.approx(2.0))
+    simple = end_to_end_gain(*ARGS, p, o, b, "fp8", "weights+kv")
+    assert np.all(simple < 2.0) and np.all(simple > 1.95)
     estimated = end_to_end_gain(*ARGS, p, o, b, "fp8", "weights+kv", estimate=cost.Estimate())
     assert np.all(estimated < 1.95) and np.all(estimated > 1.0)
     allreduce = end_to_end_gain(*ARGS, p, o, b, "fp8", "weights+kv", estimate=cost.Estimate.only("allreduce"))
     assert np.all(allreduce < 2.0)
     one_gpu = end_to_end_gain("llama3-8b", ARGS[1], 1, 1024, 256, 16, "fp8", "weights+kv",
                               estimate=cost.Estimate.only("allreduce"))
-    assert float(one_gpu) == pytest.approx(2.0)
+    assert float(one_gpu) == pytest.approx(float(end_to_end_gain("llama3-8b", ARGS[1], 1, 1024, 256, 16, "fp8",
+                                                                 "weights+kv")))
 
 
 
@@ -178,4 +200,44 @@ def test_a_16bit_vocabulary_table_costs_its_size_times_the_bytes_the_format_save
     assert table_16bit_extra_bytes(m, "int4") == pytest.approx(table * (2 - 0.515625))
     assert table_16bit_extra_bytes(m, "bf16") == 0
     with pytest.raises(ValueError, match="unknown weight format"):
-        table_16bit_extra_bytes(m, "fp4")
+        table_16bit_extra_bytes(m, "fp6")
+
+
+def test_the_vocabulary_tables_stay_at_16_bits_in_every_format():
+    from stage5.models import get_model
+
+    m = get_model("llama3-70b")
+    tables = 2 * m.vocab_size * m.hidden_size  # untied: embedding and head
+    assert m.table_params == tables
+    for key, fmt in WEIGHT_FORMATS.items():
+        dep = deployment(m, "H100", 4, key)
+        assert dep.table_bytes == 2.0
+        assert dep.weight_total_bytes == pytest.approx((m.num_params - tables) * fmt.bytes + tables * 2.0), key
+        # the decode floor reads every weight, the tables at 16 bits
+        assert cost.decode_floor_s(dep) == pytest.approx(dep.weight_total_bytes / dep.bandwidth), key
+    # a step that looks up embedding rows reads the head whole and only the rows it needs
+    fp8 = cost.floor_deployment(deployment(m, "H100", 4, "fp8"))
+    read = cost.weight_bytes_read(fp8, 1)
+    assert read == pytest.approx((m.num_params - tables) * 1.0 + (m.vocab_size + 1) * m.hidden_size * 2.0)
+    # a tied table is one table, and an explicit head_bytes overrides the default
+    tied = get_model("llama3.2-1b")
+    assert tied.table_params == tied.vocab_size * tied.hidden_size
+    assert deployment(tied, "H100", 1, "fp8", head_bytes=1.0).weight_total_bytes == pytest.approx(tied.num_params)
+
+
+def test_a_body_wider_than_16_bits_keeps_its_tables_at_its_own_width():
+    dep = cost.Deployment.of("llama3-8b", "H100", weight_bytes=4.0)
+    assert dep.table_bytes == 4.0 and dep.weight_total_bytes == dep.model.num_params * 4.0
+    with pytest.raises(ValueError, match="head_bytes"):
+        cost.Deployment.of("llama3-8b", "H100", head_bytes=0.0)
+
+
+def test_fp4_formats_price_their_block_scales():
+    # NVFP4: E2M1 with an E4M3 scale per 16 values (4.5 bits); MXFP4: an E8M0 scale per 32 (4.25 bits, OCP MX v1.0)
+    assert weight_format("nvfp4").bytes == 0.5625
+    assert weight_format("mxfp4").bytes == 0.53125
+    for key in ("nvfp4", "mxfp4"):
+        b200, h100 = deployment("llama3-70b", "B200", 1, key), deployment("llama3-70b", "H100", 2, key)
+        assert cost.tensor_format(b200) == ("fp4/fp32", 9000e12)  # Blackwell multiplies FP4 directly
+        assert cost.tensor_format(h100) == ("bf16/fp32", 989.5e12)  # Hopper dequantizes to 16 bits...
+        assert cost.tensor_format(cost.floor_deployment(h100)) == ("fp8/fp32", 1979e12)  # ...or at best to FP8

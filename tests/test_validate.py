@@ -19,16 +19,24 @@ def test_validate_json_has_exactly_the_issue_shape(capsys):
     report = json.loads(capsys.readouterr().out)
     assert set(report) == {"points", "estimate_within_25pct", "floor_is_lower_bound", "shares", "sources",
                            "set_aside_queued", "not_priced", "static_batches_memory_model_rejects",
-                           "chosen_after_looking"}
+                           "chosen_after_looking", "fresh_sources", "ratios", "error_bands"}
     keys = {"id", "metric", "measured", "floor", "estimate", "floor_ratio", "estimate_ratio", "source", "gpu"}
     assert report["points"] and all(set(p) == keys for p in report["points"])
     for p in report["points"]:
         assert p["floor_ratio"] == pytest.approx(p["floor"] / p["measured"])
     shares = report["shares"]
-    assert set(shares) == {"by_source", "by_metric", "by_gpu", "source_balanced", "in_sample", "held_out"}
+    assert set(shares) == {"by_source", "by_metric", "by_gpu", "source_balanced", "in_sample", "held_out", "fresh"}
     assert set(shares["by_source"]) == set(SOURCES) == set(report["sources"])
     assert set(shares["by_metric"]) == {"TPOT/ITL", "TTFT", "throughput"}
-    assert all(set(s) >= {"address", "version", "setup", "in_sample"} for s in report["sources"].values())
+    assert all(set(s) >= {"address", "version", "setup", "in_sample", "fresh", "profile"}
+               for s in report["sources"].values())
+    # floor, absolute and ratio shares per source, per regime, in and out of sample (issue 39's acceptance)
+    for split in ("in_sample", "held_out", "fresh"):
+        assert set(shares[split]["by_metric"]) <= {"TPOT/ITL", "TTFT", "throughput"} and shares[split]["by_metric"]
+        assert set(report["ratios"][split]) >= {"pairs", "within_25pct", "source_balanced", "by_lever", "by_source"}
+    assert all("by_metric" in v and "floor_is_lower_bound" in v for v in shares["by_source"].values())
+    assert report["fresh_sources"] == sorted(k for k, s in report["sources"].items() if s["fresh"])
+    assert set(report["error_bands"]) == {"tpot_ms", "ttft_ms", "batch_ms"}
 
 
 def test_shares_are_recomputed_from_the_rows():
@@ -68,10 +76,10 @@ def test_terms_chosen_after_looking_make_their_sources_in_sample_and_report_the_
         # the term moved the shares it was chosen on: without it its sources score differently
         for k in entry["looked_at"]:
             assert entry["looked_at_without"][k] != report["shares"]["by_source"][k]
-    # the network correction: FasterTransformer within x1.5 on at least 9 in 10 points with it, half without
+    # the network correction: FasterTransformer within x1.5 on three points in four with it, about half without
     ft_with = report["shares"]["by_source"]["ft-530b"]["within_1.5x"]
     ft_without = got["server_nics"]["looked_at_without"]["ft-530b"]["within_1.5x"]
-    assert ft_with >= 0.9 > 0.6 > ft_without
+    assert ft_with >= 0.75 > 0.6 > ft_without
 
 
 def test_floor_is_at_or_below_every_published_latency():
@@ -80,23 +88,121 @@ def test_floor_is_at_or_below_every_published_latency():
     assert validate.summary()["floor_is_lower_bound"] is True
 
 
-# Issue 29's targets, source-balanced over the seven sources. Not met; each marker is strict, so the test fails
-# (and the marker must go) the day the estimate reaches its target. The measured shares are in the reasons.
-@pytest.mark.xfail(strict=True, reason="source-balanced, the estimate is within 25% on 59% of points (target 75%): "
-                   "in sample 70% (gpt-fast 71%, NIM 78%, FasterTransformer on 16-32 A100 61%), held out 51% "
-                   "(TensorRT-LLM 0.6 39%, vLLM CI 100%, vLLM on MI300X 0%, LMDeploy on A100 65%); constants fitted "
-                   "on these rows first reach it with a bandwidth, an MFU and a time per step for each GPU (15 "
-                   "constants; python -m stage5 validate --fitted)")
-def test_estimate_is_within_25_percent_on_three_quarters_of_points_source_balanced():
-    assert validate.summary()["shares"]["source_balanced"]["within_25pct"] >= validate.TARGET_SHARE == 0.75
+# Issue 39's targets, on the sources added after the constants were fixed (validate.FRESH_AFTER: TinyChat's README, its
+# FP16 baseline and its TensorRT-LLM comparison), source-balanced. The floor's holds; the estimate's are not met. Each
+# marker is strict, so the test fails (and the marker must go) the day the estimate reaches its target.
+def test_the_floor_is_at_or_below_every_point_of_every_source_fresh_ones_included():
+    sh = validate.summary()["shares"]
+    assert all(s["floor_is_lower_bound"] for s in sh["by_source"].values())
+    assert sh["fresh"]["sources"] == ["tinychat", "tinychat-fp16", "tinychat-trtllm"]
 
 
-@pytest.mark.xfail(strict=True, reason="source-balanced, the estimate is within x1.5 on 75% of points (target 90%): "
-                   "in sample 92% (FasterTransformer 94%), held out 62% (TensorRT-LLM 0.6 67%, vLLM CI 100%, "
-                   "vLLM on MI300X 0%, LMDeploy on A100 81%); constants fitted on these rows first reach it with "
-                   "a bandwidth and an MFU for each GPU (10 constants; python -m stage5 validate --fitted)")
-def test_estimate_is_within_x1_5_on_nine_tenths_of_points_source_balanced():
-    assert validate.summary()["shares"]["source_balanced"]["within_1.5x"] >= validate.TARGET_WIDE_SHARE == 0.9
+@pytest.mark.xfail(strict=True, reason="lever ratios on the fresh sources: 65% of pairs within 25%, source-balanced "
+                   "(TinyChat 41%, its FP16 baseline 53%, TensorRT-LLM 100%; target 80%). The eager engines' misses "
+                   "are their launch time: gpt-fast's eager host time (1.23 ms a layer) sets every short step to the "
+                   "same 39 ms, so the estimate sees no effect of the lengths or the format where the engines do. "
+                   "What would meet it: a host time per layer measured for these engines on their benchmark host")
+def test_lever_ratios_within_25_percent_on_four_fifths_of_fresh_pairs():
+    assert validate.summary()["ratios"]["fresh"]["source_balanced"] >= validate.TARGET_RATIO_SHARE == 0.8
+
+
+@pytest.mark.xfail(strict=True, reason="TPOT on the fresh sources: 0% within x1.5 (target 90%). Every fresh TPOT is an "
+                   "eager engine's batch-1 decode, estimated at 2.3-7.4x its measured time: the eager profile's host "
+                   "time (gpt-fast's CPU-bound 25.5 tokens/s, 1.23 ms a layer) is 2-7 times what TinyChat's host "
+                   "and its FP16 baseline's needed. What would meet it: the host time per layer of these engines, "
+                   "measured on their own host (a profiler trace of TinyChat's decode)")
+def test_tpot_within_x1_5_on_nine_tenths_of_fresh_points():
+    assert validate.summary()["shares"]["fresh"]["by_metric"]["TPOT/ITL"]["within_1.5x"] >= validate.TARGET_TPOT_WIDE
+
+
+@pytest.mark.xfail(strict=True, reason="TTFT on the fresh sources: 60% within x1.5, source-balanced (TinyChat 55%, "
+                   "its FP16 baseline 84%, TensorRT-LLM 40%; target 70%). Short prompts on the eager engines meet the "
+                   "same 39 ms host time; TensorRT-LLM's W4A16 prefill runs 1.4-1.5x faster than the FP32-accumulation "
+                   "rate the estimate prices it at. What would meet it: the eager engines' host time measured on their "
+                   "host, and the accumulation TensorRT-LLM's W4A16 GEMM uses, read from its kernels")
+def test_ttft_within_x1_5_on_seven_tenths_of_fresh_points():
+    assert validate.summary()["shares"]["fresh"]["by_metric"]["TTFT"]["within_1.5x"] >= validate.TARGET_TTFT_WIDE
+
+
+def test_the_fresh_sources_were_added_after_the_constants_and_set_nothing():
+    fresh = {k for k, s in SOURCES.items() if s.added_in >= validate.FRESH_AFTER}
+    assert fresh == {"tinychat", "tinychat-fp16", "tinychat-trtllm"}
+    assert not any(SOURCES[k].in_sample for k in fresh)
+    assert not any(k in looked for looked in validate.CHOSEN_AFTER_LOOKING.values() for k in fresh)
+
+
+def _point(pid, **kw):
+    base = dict(id=pid, model="llama3-8b", gpu="H100-SXM", num_gpus=1, weights="bf16", kv="bf16", concurrency=1,
+                prompt=128, output=128, tpot_ms=10.0, ttft_ms=None, source="hand-made", source_key="nim")
+    return replace(SERVING_POINTS[0], **{**base, **kw})
+
+
+def test_lever_ratios_pair_points_that_differ_in_exactly_one_lever():
+    pts = {p.id: p for p in (
+        _point("a"), _point("b", concurrency=8), _point("c", concurrency=8, weights="fp8"),
+        _point("d", prompt=1024, output=64), _point("e", variant="legacy", concurrency=8))}
+    # measured and estimated TPOT, hand-set: a -> b doubles measured, the estimate says x2.2 (within 25%)
+    table = [validate.Row("a", "tpot_ms", 10.0, 1.0, 8.0, "nim"), validate.Row("b", "tpot_ms", 20.0, 1.0, 17.6, "nim"),
+             validate.Row("c", "tpot_ms", 12.0, 1.0, 16.0, "nim"), validate.Row("d", "tpot_ms", 11.0, 1.0, 8.8, "nim"),
+             validate.Row("e", "tpot_ms", 30.0, 1.0, 9.0, "nim")]
+    got = {(p.a, p.b): p for p in validate.pairs(table, pts)}
+    # a-b batch, b-c format, a-d lengths; a-c two levers, b-d and c-d two or more; e is another release: never paired
+    assert set(got) == {("a", "b"), ("b", "c"), ("a", "d")}
+    assert {k: p.lever for k, p in got.items()} == {("a", "b"): "batch", ("b", "c"): "format", ("a", "d"): "lengths"}
+    ab = got[("a", "b")]
+    assert (ab.measured, ab.estimate) == pytest.approx((0.5, 8.0 / 17.6)) and validate.in_band(ab.error)
+    bc = got[("b", "c")]
+    assert bc.error == pytest.approx((17.6 / 16.0) / (20.0 / 12.0)) and not validate.in_band(bc.error)
+    # a metric is never paired with another
+    assert validate.pairs([table[0], replace(table[1], metric="ttft_ms")], pts) == []
+
+
+def test_ratio_shares_are_recomputed_from_the_pairs():
+    table = validate.rows()
+    every = validate.pairs(table)
+    got = validate.ratio_shares(table)
+    assert got["pairs"] == len(every)
+    assert got["within_25pct"] == pytest.approx(np.mean([0.8 <= p.error <= 1.25 for p in every]))
+    per_source = {k: np.mean([0.8 <= p.error <= 1.25 for p in every if p.source == k]) for k in {p.source for p in every}}
+    assert got["source_balanced"] == pytest.approx(np.mean(list(per_source.values())))
+    assert sum(v["pairs"] for v in got["by_lever"].values()) == len(every)
+    assert got["fresh"]["pairs"] == sum(validate.is_fresh(p.source) for p in every)
+
+
+def test_the_error_band_covers_the_stated_share_of_held_out_points_weighing_sources_alike():
+    table = validate.rows()
+    bands = validate.error_bands(table)
+    for metric, profiles in bands.items():
+        for profile, band in profiles.items():
+            part = [r for r in table if r.metric == metric and not SOURCES[r.source].in_sample
+                    and SOURCES[r.source].profile == profile]
+            assert band["points"] == len(part) and band["sources"] == sorted({r.source for r in part})
+            ratio = np.array([r.measured / r.estimate for r in part])
+            counts = {k: sum(r.source == k for r in part) for k in band["sources"]}
+            w = np.array([1 / counts[r.source] for r in part])
+            inside = (ratio >= band["low"] - 1e-9) & (ratio <= band["high"] + 1e-9)
+            # weighted by source, the band holds about 80% of the points (interpolated quantiles: within a point)
+            assert abs(w[inside].sum() / w.sum() - 0.8) <= max(w) / w.sum() + 1e-9, (metric, profile)
+    with pytest.raises(ValueError, match="coverage"):
+        validate.error_bands(table, coverage=1.0)
+    with pytest.raises(ValueError, match="unknown metric"):
+        validate.error_band("e2e_ms")
+
+
+def test_an_estimate_is_printed_with_its_error_band(capsys):
+    band = validate.error_band("ttft_ms")
+    sentence = validate.band_sentence("ttft_ms")
+    assert f"{band['low']:.2f}-{band['high']:.2f}x" in sentence and "80% of cases" in sentence
+    args = ["deploy", "--model", "llama3-8b", "--gpu", "H100", "--context", "2048", "--batch", "8"]
+    assert main([*args, "--mode", "estimate"]) == 0
+    out = capsys.readouterr().out
+    assert sentence in out and validate.band_sentence("tpot_ms") in out and "matmuls at bf16/fp32" in out
+    assert main([*args, "--mode", "simple"]) == 0
+    assert "such estimates" not in capsys.readouterr().out  # only the estimate has a validated band
+    from stage5.simulator import SimInputs, simulate, to_html
+    x = SimInputs(mode="estimate")
+    assert sentence.replace("'", "&#x27;") in to_html(simulate(x), x)
+    assert "such estimates" not in to_html(simulate(SimInputs()), SimInputs())
 
 
 def test_recorded_shares_do_not_fall():
@@ -105,9 +211,15 @@ def test_recorded_shares_do_not_fall():
     LMDeploy's, and 54% and 67% with FasterTransformer's rows past one server, when the all-reduce across servers
     went through one NIC per ring. Then the ring was given every NIC of a server (Estimate.server_nics; 55% and 69%
     with it switched off, the rest being TensorRT-LLM's A100 table read per GPU as the page's later revision heads
-    it). A change that lowers them must say why."""
+    it). A change that lowers them must say why. Issue 39 replaced the one MFU of 0.40 for every chip (Llama 3 training's)
+    by each chip's measured GEMM efficiency (cost.gemm_efficiency, 0.71 on an A100, 0.66 on an H100): the held-out
+    sources rose from 51% and 62% to 59% and 68%, the in-sample ones fell from 70% and 92% to 60% and 84%, because
+    FasterTransformer's static batches on A100s now come out too fast (94% within x1.5 before, 76% now); so 59.5% and
+    74.6%. Then issue 39 added three fresh sources, TinyChat's README (its W4A16 engine, its FP16 baseline and its
+    TensorRT-LLM comparison, all on one RTX 4090 or A100), on which the estimate scores 18% and 48%: over the ten
+    sources, 46.9% and 66.7%."""
     balanced = validate.summary()["shares"]["source_balanced"]
-    assert balanced["within_25pct"] >= 0.59 and balanced["within_1.5x"] >= 0.747, balanced
+    assert balanced["within_25pct"] >= 0.469 and balanced["within_1.5x"] >= 0.667, balanced
 
 
 def test_published_points_span_gpus_prompts_and_concurrency_and_cite_a_table():
@@ -367,10 +479,9 @@ def test_past_one_nvlink_domain_the_floor_holds_and_the_estimate_is_within_x1_5_
     # through one NIC per ring (the model before the correction) every batch-256 row is too slow by more than x1.5
     one_nic = {r.id: r for r in validate.rows(cost.Estimate().without("server_nics")) if r.source == "ft-530b"}
     assert all(one_nic[r.id].estimate_ratio > validate.WIDE[1] for r in biggest)
-    # without the all-reduce term at all, the batch-256 rows come back within x1.5 too: the term is not the excess
+    # the all-reduce across servers is a real share of a batch-256 step: without it every such row is faster still
     off = cost.Estimate().without("allreduce")
-    assert all(validate.in_wide_band(validate.predict_ms(points[r.id], "batch_ms", "estimate", off) / r.measured)
-               for r in biggest)
+    assert all(validate.predict_ms(points[r.id], "batch_ms", "estimate", off) < 0.9 * r.estimate for r in biggest)
 
 
 # ---------------------------------------------------------------------------------- what fitting would buy
@@ -388,7 +499,7 @@ def _steps(table):
 
 
 def test_a_fit_on_one_grid_point_is_the_estimate_there_with_its_time_per_step_added():
-    table = validate.rows()
+    table = validate.rows(cost.Estimate(bandwidth_fraction=0.6, prefill_mfu=0.4, decode_mfu=0.4), engine="graphs")
     sources = [r.source for r in table]
     for step_ms in (0.0, 1.0):
         (fit,) = validate.fitted_shares((0.6,), (0.4,), (step_ms,), (("one", "all", True),))
@@ -399,7 +510,7 @@ def test_a_fit_on_one_grid_point_is_the_estimate_there_with_its_time_per_step_ad
         assert fit.tight_constants == {"every row": ((0.6, 0.6), (0.4, 0.4), (step_ms, step_ms))}
         assert fit.tight_hits == {"every row": pytest.approx(tight)}
         assert fit.reaches(tight, wide) and not fit.reaches(tight + 0.01, 0) and not fit.reaches(0, wide + 0.01)
-    # the defaults with no time per step: the report's own shares
+    # with no time per step: the shares of the report priced at those constants
     (fit,) = validate.fitted_shares((0.6,), (0.4,), (0.0,), (("one", "all", False),))
     assert fit.within_25pct == pytest.approx(validate.shares(table)["source_balanced"]["within_25pct"])
 
@@ -414,7 +525,8 @@ def test_a_fit_agrees_with_trying_every_combination(group_by, step_time):
     measured = np.array([r.measured for r in table])
     steps = _steps(table)
     options = [(b, o, np.array([r.estimate for r in validate.rows(cost.Estimate(bandwidth_fraction=b,
-                                                                                prefill_mfu=0.4, decode_mfu=0.4))])
+                                                                                prefill_mfu=0.4, decode_mfu=0.4),
+                                                                  engine="graphs")])
                 + o * steps) for b in bandwidths for o in step_ms if step_time or o == 0]
     group_of = {r.id + r.metric: (r.gpu if group_by == "gpu" else r.source) for r in table}
     groups = sorted(set(group_of.values()))
@@ -456,7 +568,8 @@ def test_more_freedom_never_scores_less():
         assert tighter.within_25pct >= looser.within_25pct - 1e-12
         assert tighter.within_wide >= looser.within_wide - 1e-12
         assert all(tighter.reaches(a, b) for a, b in looser.frontier)
-    assert by[order[0]].within_25pct >= validate.shares(validate.rows())["source_balanced"]["within_25pct"]
+    on_grid = validate.rows(cost.Estimate(bandwidth_fraction=0.6, prefill_mfu=0.4, decode_mfu=0.4), engine="graphs")
+    assert by[order[0]].within_25pct >= validate.shares(on_grid)["source_balanced"]["within_25pct"]
     assert set(by["one set per GPU"].tight_constants) == {r.gpu for r in validate.rows()}
     assert set(by["one set per source, with a time per step"].tight_constants) == set(SOURCES)
 

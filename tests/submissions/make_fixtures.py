@@ -23,7 +23,8 @@ WRITTEN = {"c1_written": "The weights have to come out of memory every step, FLO
 KV_HEADS = """def kv_bytes_per_token(config, bytes_per_element=2):
     return 2 * config.num_layers * config.num_heads * config.head_dim * bytes_per_element"""
 B3 = """def max_concurrent_sequences(config, gpu, num_gpus, context, weight_bytes=2, kv_bytes=2, reserve_gib_per_gpu=8):
-    budget = num_gpus * (gpu.memory_bytes - reserve_gib_per_gpu * GiB) - config.num_params * weight_bytes
+    weights = config.weight_bytes(weight_bytes, table_bytes=max(2, weight_bytes))
+    budget = num_gpus * (gpu.memory_bytes - reserve_gib_per_gpu * GiB) - weights
     per_sequence = context * kv_bytes_per_token(config, kv_bytes)
     return max(0, math.floor(budget / per_sequence))"""
 KV_NO2 = """def kv_bytes_per_token(config, bytes_per_element=2):
@@ -110,9 +111,12 @@ def build():
         # correct builds by another route: full marks
         "weight_bytes_ex01": fill(good, b2_floor_function_answer=(
             "def decode_floor_ms(config, gpu, num_gpus=1, bytes_per_param=2):\n"
-            "    return config.weight_bytes(bytes_per_param) / num_gpus / gpu.bandwidth * 1e3"),
-            b3_concurrency_function_answer=B3.replace("config.num_params * weight_bytes",
-                                                      "config.weight_bytes(weight_bytes)")),
+            "    tables = config.table_params  # embedding and head, kept at 16 bits\n"
+            "    body = (config.num_params - tables) * bytes_per_param\n"
+            "    return (body + tables * max(2, bytes_per_param)) / num_gpus / gpu.bandwidth * 1e3"),
+            b3_concurrency_function_answer=B3.replace(
+                "config.weight_bytes(weight_bytes, table_bytes=max(2, weight_bytes))",
+                "(config.num_params - config.table_params) * weight_bytes + config.table_params * max(2, weight_bytes)")),
         "whole_float_ex01": fill(good, a5_concurrency_answer=(
             "max_seqs_qwen72b_32k = kv_budget_gib_qwen72b * GiB // (32_768 * kv_bytes_qwen72b)  # 39.0, a float"),
             b3_concurrency_function_answer=B3.replace("max(0, math.floor(budget / per_sequence))",

@@ -123,7 +123,7 @@ def ex03():
 
 Q2 = """m405 = get_model("llama3.1-405b")
 h200 = get_gpu("H200")
-budget = 8 * (h200.memory_bytes - 8 * GiB) - m405.num_params * 1
+budget = 8 * (h200.memory_bytes - 8 * GiB) - (m405.num_params + m405.table_params)  # FP8, 16-bit embedding and head
 max_seqs = math.floor(budget / (16_384 * 2 * m405.num_layers * m405.num_kv_heads * m405.head_dim * 2))"""
 
 
@@ -139,7 +139,7 @@ def clearing():
             q2_concurrency_answer=(
             'm405 = get_model("llama3.1-405b")\n'
             'h200 = get_gpu("H200")\n'
-            'budget = 8 * (h200.memory_bytes - 8 * GiB) - m405.num_params * 1\n'
+            'budget = 8 * (h200.memory_bytes - 8 * GiB) - (m405.num_params + m405.table_params)\n'
             'max_seqs = math.floor(budget / (16_384 * 2 * m405.num_layers * m405.num_heads * m405.head_dim * 2))')),
         "units": fill(good, q3_floor_answer=(
             'floor_ms = get_model("qwen2.5-72b").num_params * 2 / get_gpu("H200").bandwidth * 1e3  # one GPU'),
@@ -147,8 +147,8 @@ def clearing():
         "speculative_first": fill(good, q9_lever_answer='first_lever = "speculative"'),
         "roundup": fill(good, q2_concurrency_answer=Q2.replace("math.floor", "math.ceil")),
         "one_gpu": fill(good, q2_concurrency_answer=Q2.replace(
-            "budget = 8 * (h200.memory_bytes - 8 * GiB) - m405.num_params * 1",
-            "budget = h200.memory_bytes - 8 * GiB - m405.num_params / 8  # one GPU's share")),
+            "budget = 8 * (h200.memory_bytes - 8 * GiB) - (m405.num_params + m405.table_params)",
+            "budget = h200.memory_bytes - 8 * GiB - (m405.num_params + m405.table_params) / 8  # one GPU's share")),
         "reserve_once": fill(good, q2_concurrency_answer=Q2.replace("8 * (h200.memory_bytes - 8 * GiB)",
                                                                       "8 * h200.memory_bytes - 8 * GiB")),
         "flops_floor": fill(good, q3_floor_answer=(
