@@ -144,6 +144,8 @@ def gemm_s(gpu: Hardware, tokens: ArrayLike, n: int, k: int, fmt: str = "bf16/fp
     measured :func:`gemm_efficiency`, whichever is longer. Its achieved FLOP rate rises with the tokens, bound by the
     weight reads below the ridge and by the arithmetic above it: the prefill efficiency curve."""
     m = _positive(tokens, "tokens")
+    n, k = inputs.positive_int(n, "n (the weights' output width)"), inputs.positive_int(k, "k (the inner width)")
+    bandwidth_fraction = inputs.real(bandwidth_fraction, "bandwidth_fraction", low=0.0, high=1.0, low_open=True)
     width = 2.0 if fmt in MATMULS["16-bit"] else (0.5 if fmt == "fp4/fp32" else 1.0)
     peak = gpu.peak(fmt)
     if peak is None:

@@ -17,7 +17,8 @@ TOY = ModelConfig(name="toy-moe", vocab_size=1000, hidden_size=1024, num_layers=
 EXPERT = 3 * 1024 * 512
 # A GPU with round figures: 1 TB/s, 100 TFLOP/s (16-bit and 8-bit), 400 GB/s NVLink and 50 GB/s NICs at full
 # efficiency, 4 GPUs a server.
-ROUND = replace(get_gpu("H100-SXM"), name="round", bandwidth=1e12, flops_bf16=100e12, flops_fp8=100e12,
+ROUND = replace(get_gpu("H100-SXM"), name="round", bandwidth=1e12,
+                peaks=tuple((fmt, 100e12) for fmt, _ in get_gpu("H100-SXM").peaks),
                 link_bandwidth=400 * GB, link_efficiency=1.0, node_link_bandwidth=50 * GB,
                 node_link_efficiency=1.0, gpus_per_node=4, nvlink_domain=4, link_latency_s=0.0,
                 node_link_latency_s=0.0)

@@ -45,6 +45,9 @@ PRINTED = {
     "A100-80GB": {"fp16": (312, False), "bf16": (312, False), "fp8": None, "int8": (624, False)},
     "B200": {"fp16": (4500, True), "bf16": (4500, True), "fp8": (9000, True), "int8": (9000, True),
              "fp4": (18000, True)},
+    # GB200 NVL72: the rack's table over its 72 GPUs (360, 720, 720 and 1,440 PFLOPS with sparsity)
+    "GB200-NVL72": {"fp16": (5000, True), "bf16": (5000, True), "fp8": (10000, True), "int8": (10000, True),
+                    "fp4": (20000, True)},
     "L40S": {"fp16": (362.05, False), "bf16": (362.05, False), "fp8": (1466, True), "int8": (1466, True)},
     "L4": {"fp16": (242, True), "bf16": (242, True), "fp8": (485, True), "int8": (485, True)},
     "MI300X": {"fp16": (2614.8, True), "bf16": (2614.8, True), "fp8": (5229.8, True), "int8": (5229.8, True)},
