@@ -38,8 +38,9 @@ LOADERS = {"spec_from_file_location", "module_from_spec", "SourceFileLoader", "S
            "load_source", "run_path", "run_module", "exec_module", "import_module", "__import__", "exec",
            "compile", "reload", "load_module", "find_spec", "spec_from_loader", "get_source", "getsource"}
 MAGICS = re.compile(r"^\s*(%+\s*(run|load|loadpy|load_ext|aimport)\b|!.*stage5)", re.M)
-# the answer-computing functions and methods of stage5.cost and stage5.models, however they are reached
-REFERENCE_CALLS = frozenset({"kv_bytes_per_token", "kv_bytes_per_sequence", "weight_bytes", "weight_total_bytes",
+# the answer-computing functions and methods of stage5.cost and stage5.models, however they are reached. Not
+# ModelConfig.weight_bytes: ex01's rules give it to the learner (parameters x bytes, the 16-bit tables apart).
+REFERENCE_CALLS = frozenset({"kv_bytes_per_token", "kv_bytes_per_sequence", "weight_total_bytes",
                              "kv_budget_bytes", "kv_traffic_bytes", "max_concurrency", "decode_floor_s",
                              "decode_step", "tpot_s", "prefill_step", "ttft_s", "mixed_step", "mixed_tpot_s",
                              "weight_bytes_read", "decode_intensity", "decode_intensity_with_kv", "ridge_point",

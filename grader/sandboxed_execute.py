@@ -221,9 +221,13 @@ class SandboxKernelManager(AsyncKernelManager):
         if self.cgroup:
             self.cgroup.remove()
 
+    def oom_kills(self) -> int:
+        """How many processes of this sandbox the kernel's OOM killer stopped (its cgroup's hard limit)."""
+        return self.cgroup.oom_kills() if self.cgroup else 0
+
     def out_of_memory(self) -> bool:
-        """Whether the kernel's OOM killer stopped a process of this sandbox (its cgroup's hard limit)."""
-        return bool(self.cgroup and self.cgroup.oom_kills())
+        """Whether the kernel's OOM killer stopped a process of this sandbox."""
+        return self.oom_kills() > 0
 
     async def _async_interrupt_kernel(self) -> None:
         # the launched process is bwrap, which does not forward SIGINT: signal the kernel directly
@@ -279,11 +283,15 @@ class _CellWatch(threading.Thread):
         super().__init__(daemon=True)
         self.km, self.budget, self.wall_s, self.reserve = km, budget, wall_s, reserve
         self.start_cpu = km.cpu_seconds()
+        self.start_oom = km.oom_kills()
         self.started = time.monotonic()
         self.stop = threading.Event()
         self.over = False  # the cell used more than its CPU budget
         self.killed = False
         self.memory = 0  # what the sandbox held when it was killed for holding too much
+        # the cgroup's hard limit stopped one of its processes: it passed the cap between two of this watch's looks
+        # (a child the OOM killer picks, while the kernel lives on and the cell waits)
+        self.oom = False
         self.waited = False  # killed after ignoring the wall-clock timeout's interrupt
         self.host_low = 0  # the machine's available bytes when the sandbox was stopped for the machine's sake
 
@@ -299,6 +307,9 @@ class _CellWatch(threading.Thread):
             held = self.km.memory_bytes(procs)
             if held > cap:
                 self.memory = held
+                return self._kill()
+            if self.km.oom_kills() > self.start_oom:
+                self.oom = True
                 return self._kill()
             available = psutil.virtual_memory().available
             if available < self.reserve:
@@ -490,8 +501,9 @@ class SandboxedExecute(Execute):
             cell.outputs = [o for o in cell.outputs if o.get("output_type") != "error"]
             self._error(cell, "CellCPUTimeout",
                         cpu_timeout_text(label, self.cell_cpu_s, stopped=bool(watch.killed or died)))
-        elif watch.memory or (died and self.km is not None and self.km.out_of_memory()):
-            held = f"{watch.memory / 2**30:.1f} GiB" if watch.memory else "more than that"
+        elif watch.memory or watch.oom or (died and self.km is not None and self.km.out_of_memory()):
+            held = (f"{watch.memory / 2**30:.1f} GiB" if watch.memory
+                    else "more than its memory limit (the kernel's OOM killer stopped one of them)")
             self._error(cell, "KernelDied", f"the kernel died in {label}: its processes together held {held}, "
                         f"over the sandbox's {limits.sandbox_memory_bytes / 2**30:g} GiB", stopped=True)
             return died or "memory"

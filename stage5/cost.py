@@ -474,7 +474,7 @@ MODE_MEANINGS = {
                "estimate, not a bound."),
     "estimate": ("The simple estimate with the costs a real server pays, each a term that can be switched off alone: "
                  "an achieved share of the datasheet's bandwidth, measured elsewhere, and each chip's measured GEMM "
-                 "efficiency in place of the MFU; the engine's host time per layer where it launches kernels one by "
+                 "efficiency in place of the MFU (or, where one is given, an MFU per phase); the engine's host time per layer where it launches kernels one by "
                  "one from Python, and FP16 accumulation where it uses it; the tensor-parallel all-reduces, over every "
                  "network card of a server past one; prefill's causal attention FLOPs; other requests' prefill chunks "
                  "riding in each decode step; and only the embedding rows a step's tokens look up read. Attention's "
@@ -482,7 +482,7 @@ MODE_MEANINGS = {
     "floor": ("The physics at the datasheet's peak, with no efficiency factor: a step takes the larger of its bytes "
               "over the datasheet's bandwidth (the weights, only the embedding rows its tokens look up, and the KV "
               "cache) and its FLOPs over the peak of the fastest tensor format a kernel can use for the deployment's "
-              "precision, FP16 accumulation included (prefill's causal attention counted), every kernel overlapped "
+              "precision, FP16 accumulation included (prefill's causal attention included), every kernel overlapped "
               "and communication between GPUs free. No server runs faster."),
 }
 

@@ -164,9 +164,9 @@ SECOND: list[Slip] = [
           "**Machine.** Bandwidth is `gpu.bandwidth × num_gpus`.",
           ("attention = batch * context * kv(c) / (g.bandwidth * n)",
            "attention = batch * context * kv(c) / g.bandwidth"),
-          ("weights = N * w / (g.bandwidth * n)", "weights = N * w / g.bandwidth"),
-          ("return max((N * w + tokens * kv(c)) / (g.bandwidth * n),",
-           "return max((N * w + tokens * kv(c)) / g.bandwidth,")),
+          ("weights = wbytes(w) / (g.bandwidth * n)", "weights = wbytes(w) / g.bandwidth"),
+          ("return max((wbytes(w) + tokens * kv(c)) / (g.bandwidth * n),",
+           "return max((wbytes(w) + tokens * kv(c)) / g.bandwidth,")),
     _slip("ex03", "diagnose_answer", "attention-overlaps-instead-of-adding",
           "Attention is a memory-bound kernel of its own, so its time adds: the step takes "
           "B × S × kv / bandwidth **plus** the larger of weight bytes / bandwidth and FLOPs / achieved "

@@ -14,6 +14,8 @@ import pytest
 from grading_harness import REPO  # noqa: F401  (puts grader/ on the path)
 from sandboxed_execute import SandboxedExecute
 
+from stage5.grading import cgroup
+
 from stage5.grading.sandbox import (
     Limits,
     _readable_roots,
@@ -150,6 +152,28 @@ def test_memory_cap_holds_for_all_the_sandboxes_processes_together(monkeypatch):
     assert not any("held 600 MiB" in o.get("text", "") for o in out.cells[1].outputs)
     assert "the next cell runs" in out.cells[2].outputs[0]["text"]
     assert SECRET not in nbformat.writes(out)  # the kernel's environment never held the grader's variables
+
+
+BURST = f"""
+import subprocess, sys, time
+subprocess.run([sys.executable, '-c', "s = b'x' * {900 * MIB}"])  # past the cgroup's hard limit in a few ms
+time.sleep(120)
+print('the cell went on after the burst')
+"""
+
+
+@sandboxed
+@pytest.mark.skipif(cgroup.support()[0] == "none", reason=f"no memory cgroup here: {cgroup.support()[3]}")
+def test_a_child_the_oom_killer_stops_ends_the_cell_as_over_memory():
+    """The cgroup's hard limit acts at once: a child that passes it between two of the watch's looks is stopped by
+    the kernel's OOM killer, and the kernel lives on, waiting. The watch reads the cgroup's OOM count, so the cell
+    is stopped as over the memory cap, not left to run out its wall-clock limit."""
+    ex = SandboxedExecute(cell_cpu_s=20, sandbox_memory_bytes=300 * MIB, timeout=90)
+    out, _ = ex.preprocess(_notebook(BURST, "print('the next cell runs')"), {"metadata": {"path": "."}})
+    died = [o for o in out.cells[0].outputs if o.get("output_type") == "error"]
+    assert died and died[0]["ename"] == "KernelDied" and "over the sandbox's" in died[0]["evalue"], out.cells[0]
+    assert not any("went on" in o.get("text", "") for o in out.cells[0].outputs)
+    assert "the next cell runs" in out.cells[1].outputs[0]["text"]
 
 
 def test_uid_is_fresh_for_each_sandbox():
