@@ -15,7 +15,6 @@ from grading_harness import REPO  # noqa: F401  (puts grader/ on the path)
 from sandboxed_execute import SandboxedExecute
 
 from stage5.grading import cgroup
-
 from stage5.grading.sandbox import (
     Limits,
     _readable_roots,
