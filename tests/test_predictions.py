@@ -32,6 +32,7 @@ import json
 import math
 import re
 from dataclasses import dataclass
+from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
@@ -513,9 +514,39 @@ def _printed_text(cell: dict) -> str:
         if out.get("output_type") == "stream":
             parts.append(out.get("text", "") if isinstance(out.get("text"), str) else "".join(out.get("text", [])))
         for mime, data in out.get("data", {}).items():
-            if mime.startswith(("text/markdown", "text/html", "text/plain")):
-                parts.append(data if isinstance(data, str) else "".join(data))
+            text = data if isinstance(data, str) else "".join(data)
+            if mime.startswith("text/html"):
+                parts.append(_html_text(text))
+            elif mime.startswith(("text/markdown", "text/plain")):
+                parts.append(text)
     return "\n".join(parts)
+
+
+class _TextOnly(HTMLParser):
+    """The text of an HTML output a reader sees: its text nodes (an SVG's <text> labels included), never the markup's
+    attributes (a polyline's coordinates, a width) nor a style or script."""
+
+    def __init__(self) -> None:
+        super().__init__(convert_charrefs=True)
+        self.parts: list[str] = []
+        self._skip = 0
+
+    def handle_starttag(self, tag, attrs):
+        self._skip += tag in ("style", "script")
+
+    def handle_endtag(self, tag):
+        self._skip -= tag in ("style", "script") and self._skip > 0
+
+    def handle_data(self, data):
+        if not self._skip:
+            self.parts.append(data)
+
+
+def _html_text(markup: str) -> str:
+    parser = _TextOnly()
+    parser.feed(markup)
+    parser.close()
+    return " ".join(parser.parts)
 
 
 def _shown(v: float, spec: str) -> str:
@@ -581,6 +612,20 @@ def _executed_pages(html: Path) -> tuple[dict[str, list[dict]], dict[str, dict[s
     return pages, values, order
 
 
+# (chapter, answer, earlier glue) -> why the earlier number, though equal, does not show the answer. Each entry must
+# still be found (a stale one fails), and only a number of another kind, on another page, belongs here.
+COINCIDENCES = {
+    ("08_quantization", "max_seqs_4k_fp8_w_kv", "04_batching::out_second"):
+        "a count of sequences that fit in memory (chapter 8) and the length in tokens of the toy workload's "
+        "second-longest answer (chapter 4): equal by chance, and nothing on either page connects them",
+}
+
+
+def _coincidence(problem: str, name: str) -> tuple[str, str, str] | None:
+    return next((key for key in COINCIDENCES if key[0] == name and f"shows {key[1]!r}" in problem
+                 and problem.endswith(f"as {key[2]!r}")), None)
+
+
 @pytest.mark.parametrize("name", CHAPTERS)
 def test_no_answer_is_shown_earlier_in_the_book(name, built_book):
     """No answer of a chapter's prompts equals a number the reader has already been shown: in an earlier chapter, or
@@ -589,7 +634,21 @@ def test_no_answer_is_shown_earlier_in_the_book(name, built_book):
     pages, values, order = _executed_pages(html)
     assert name in order, f"{name} is not in _toc.yml"
     problems = _earlier_problems(pages, values, order, name)
+    found = {_coincidence(p, name) for p in problems} - {None}
+    stale = [key for key in COINCIDENCES if key[0] == name and key not in found]
+    assert not stale, f"listed as coincidences but no longer equal: {stale}: remove them from COINCIDENCES"
+    problems = [p for p in problems if _coincidence(p, name) is None]
     assert not problems, "\n".join(problems)
+
+
+def test_a_figure_s_markup_is_not_what_it_shows():
+    """Numbers in an HTML output's markup (an SVG polyline's coordinates, a width) are not shown to the reader; its
+    text, an SVG axis label included, is."""
+    svg = ('<svg width="455"><polyline points="754.8,176.4 761.6,175.6"/><text x="5">54.8 %</text></svg>'
+           '<style>td { width: 352px }</style><table><tr><td>7,157</td></tr></table>')
+    cell = _code("show()", outputs=[{"output_type": "display_data", "data": {"text/html": svg}}])
+    numbers = set(NUMBER.findall(_printed_text(cell)))
+    assert numbers == {"54.8", "7,157"}, numbers
 
 
 def test_the_earlier_rule_catches_a_number_shown_before_under_another_name():
