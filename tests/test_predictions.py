@@ -556,9 +556,12 @@ def _shown(v: float, spec: str) -> str:
         return format(v, "").replace(",", "")
 
 
-def _distinctive(shown: str, v: float) -> bool:
+def _distinctive(shown: str, v: float, same_page: bool = True) -> bool:
+    """Whether a printed number equal to ``shown`` gives the answer away: three significant digits on the answer's
+    own page, four on another. A printed table elsewhere (chapter 9's hundreds of validation points, in ms to one
+    decimal) holds most three-digit numbers; a measured answer that moves from build to build meets one by chance."""
     digits = shown.replace(".", "").replace("-", "").lstrip("0")
-    return abs(v) >= SMALL_COUNT and len(digits) >= 3
+    return abs(v) >= SMALL_COUNT and len(digits) >= (3 if same_page else 4)
 
 
 def _earlier_problems(pages: dict[str, list[dict]], values: dict[str, dict[str, float]], order: list[str],
@@ -593,7 +596,8 @@ def _earlier_problems(pages: dict[str, list[dict]], values: dict[str, dict[str, 
                     same = sorted({f"{src}::{gid}" for src, gid, _ in _refs(text, doc)
                                    if (w := values.get(src, {}).get(gid)) is not None and math.isclose(v, w, rel_tol=1e-9)})
                     problems += [f"{head}: {where} already shows {answer!r} ({shown}) as {ref!r}" for ref in same]
-                elif _distinctive(shown, v) and shown in {n.replace(",", "") for n in NUMBER.findall(text)}:
+                elif _distinctive(shown, v, doc == name) and shown in {n.replace(",", "")
+                                                                       for n in NUMBER.findall(text)}:
                     problems.append(f"{head}: {where} prints {shown}, the answer {answer!r}")
     return problems
 
@@ -673,3 +677,12 @@ def test_the_earlier_rule_catches_a_number_shown_before_under_another_name():
     assert not problems([_md("Three: {glue:text}`other:.0f`")], [_md(prompt + reveal)], other=3.0)
     assert not problems([_md("{glue:text}`batch:,.0f`")],
                         [_md(prompt.replace("fit?", "fit in {glue:text}`given:.0f`?") + reveal)], given=7157.0)
+    # a printed three-digit number: found earlier on the answer's page, not in another page's table
+    small_reveal = reveal.replace("`fit:,.0f`", "`fit:.1f`")
+    three = {"output_type": "display_data", "data": {"text/markdown": "| point | ms |\n|---|---|\n| p512 | 55.0 |"}}
+    found = _earlier_problems({"one": [_code("t()", outputs=[three])], "two": [_md(prompt + small_reveal)]},
+                              {"one": {}, "two": {"fit": 55.0, "steps": 3.0}}, ["one", "two"], "two")
+    assert not found
+    found = _earlier_problems({"two": [_code("t()", outputs=[three]), _md(prompt + small_reveal)]},
+                              {"two": {"fit": 55.0, "steps": 3.0}}, ["two"], "two")
+    assert found
