@@ -121,6 +121,16 @@ def reals(value: Any, name: str, *, low: float = -math.inf, high: float = math.i
     """
     import numpy as np
 
+    # The common cases, checked without numpy's per-call overhead (this runs on every cost-model call); anything
+    # out of bounds, or of another type, goes through the full check below for its message.
+    if isinstance(value, (float, int, np.floating, np.integer)) and not isinstance(value, (bool, np.bool_)):
+        x = float(value)
+        if math.isfinite(x) and (x > low if low_open else x >= low) and x <= high:
+            return np.asarray(x)
+    elif isinstance(value, np.ndarray) and value.dtype.kind in "fiu":
+        a = value.astype(float, copy=False)
+        if (np.isfinite(a) & (a > low if low_open else a >= low) & (a <= high)).all():
+            return a
     lo = "(" if low_open else "["
     what = accepted or (f"a finite number {'>' if low_open else '>='} {low:g}" if math.isinf(high)
                         else f"finite numbers in {lo}{low:g}, {high:g}]")
@@ -226,7 +236,10 @@ def check_object_arguments(namespace: dict[str, Any]) -> None:
         if not plan:
             continue
 
-        def checked(*args: Any, __fn: Callable = fn, __plan: list = plan, **kwargs: Any) -> Any:
+        resolved: dict[tuple[str, ...], tuple[type, ...]] = {}  # the record classes, imported on the first call
+
+        def checked(*args: Any, __fn: Callable = fn, __plan: list = plan, __classes: dict = resolved,
+                    **kwargs: Any) -> Any:
             for position, arg, records, str_ok, none_ok in __plan:
                 if 0 <= position < len(args):
                     value = args[position]
@@ -236,7 +249,10 @@ def check_object_arguments(namespace: dict[str, Any]) -> None:
                     continue
                 if (str_ok and isinstance(value, str)) or (none_ok and value is None):
                     continue
-                classes = tuple(getattr(importlib.import_module(OBJECT_TYPES[r]), r) for r in records)
+                classes = __classes.get(records)
+                if classes is None:  # kept after the first call: this wrapper sits on the cost model's hot paths
+                    classes = __classes[records] = tuple(getattr(importlib.import_module(OBJECT_TYPES[r]), r)
+                                                         for r in records)
                 if not isinstance(value, classes):
                     wanted = " or ".join([*records, *(["a name"] if str_ok else []), *(["None"] if none_ok else [])])
                     raise ArgumentTypeError(f"{arg} must be a {wanted}, got {str(value)[:40]!r} "

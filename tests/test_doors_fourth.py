@@ -19,6 +19,7 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from stage5 import calibrate as cal_mod
@@ -325,3 +326,23 @@ def test_every_stage_count_is_priced_by_both_or_by_neither():
         assert (fits is None) == (80 % pp != 0 or pp > 80), pp
         if fits:
             assert scaling.pipeline_decode("llama3-70b", "H100-SXM", 8, pp, min(fits, 8), 1024).pp == pp
+
+
+@pytest.mark.parametrize("value", [3, 3.0, np.float64(3), np.int64(3), np.float32(3), np.array(3.0),
+                                   np.array([1, 3]), np.array([1.0, 3.0])])
+def test_reals_takes_every_number_type_alike(value):
+    """The scalar and array fast paths of inputs.reals give what the full check gives: a float ndarray, unchanged."""
+    from stage5 import inputs
+
+    got = inputs.reals(value, "x", low=1, high=3)
+    assert isinstance(got, np.ndarray) and got.dtype == float
+    np.testing.assert_array_equal(got, np.asarray(value, dtype=float))
+
+
+@pytest.mark.parametrize("value", [True, np.bool_(True), np.array([True]), float("nan"), np.float64("inf"),
+                                   np.int64(4), 0.999, np.array([1.0, np.nan]), np.array([2, 5]), "2"])
+def test_reals_refuses_past_its_fast_paths(value):
+    from stage5 import inputs
+
+    with pytest.raises(inputs.InputError, match="^x must be"):
+        inputs.reals(value, "x", low=1, high=3)
