@@ -557,8 +557,8 @@ def _shown(v: float, spec: str) -> str:
 
 
 def _distinctive(shown: str, v: float, same_page: bool = True) -> bool:
-    """Whether a printed number equal to ``shown`` gives the answer away: three significant digits on the answer's
-    own page, four on another. A printed table elsewhere (chapter 9's hundreds of validation points, in ms to one
+    """Whether a number equal to ``shown`` gives the answer away: three significant digits (glued or printed on the
+    answer's own page), four for a number printed on another page. A printed table elsewhere (chapter 9's hundreds of validation points, in ms to one
     decimal) holds most three-digit numbers; a measured answer that moves from build to build meets one by chance."""
     digits = shown.replace(".", "").replace("-", "").lstrip("0")
     return abs(v) >= SMALL_COUNT and len(digits) >= (3 if same_page else 4)
@@ -591,17 +591,17 @@ def _earlier_problems(pages: dict[str, list[dict]], values: dict[str, dict[str, 
                     math.isclose(v, g, rel_tol=1e-9) for g in givens):
                 continue
             shown = _shown(v, specs.get(answer, ""))
+            if not _distinctive(shown, v):
+                # a two-digit count meets another by chance: chapter 7's break-even batch, measured on the reader's
+                # CPU, was 31 on one build, as many as the 16K-token sequences that fit on 4 H100s
+                continue
             for where, kind, text, doc in earlier:
                 if kind == "prose":
-                    if not _distinctive(shown, v):
-                        # a two-digit count meets another by chance: chapter 7's break-even batch, measured on the
-                        # reader's CPU, was 31 on one build, as many as the 16K-token sequences that fit on 4 H100s
-                        continue
                     same = sorted({f"{src}::{gid}" for src, gid, _ in _refs(text, doc)
                                    if (w := values.get(src, {}).get(gid)) is not None and math.isclose(v, w, rel_tol=1e-9)})
                     problems += [f"{head}: {where} already shows {answer!r} ({shown}) as {ref!r}" for ref in same]
-                elif _distinctive(shown, v, doc == name) and shown in {n.replace(",", "")
-                                                                       for n in NUMBER.findall(text)}:
+                elif (doc == name or _distinctive(shown, v, same_page=False)) and shown in {
+                        n.replace(",", "") for n in NUMBER.findall(text)}:
                     problems.append(f"{head}: {where} prints {shown}, the answer {answer!r}")
     return problems
 
@@ -642,10 +642,10 @@ def test_no_answer_is_shown_earlier_in_the_book(name, built_book):
     pages, values, order = _executed_pages(html)
     assert name in order, f"{name} is not in _toc.yml"
     problems = _earlier_problems(pages, values, order, name)
-    found = {_coincidence(p, name) for p in problems} - {None}
-    stale = [key for key in COINCIDENCES if key[0] == name and key not in found]
+    marked = {p: _coincidence(p, name) for p in problems}
+    stale = [key for key in COINCIDENCES if key[0] == name and key not in marked.values()]
     assert not stale, f"listed as coincidences but no longer equal: {stale}: remove them from COINCIDENCES"
-    problems = [p for p in problems if _coincidence(p, name) is None]
+    problems = [p for p, key in marked.items() if key is None]
     assert not problems, "\n".join(problems)
 
 
