@@ -24,10 +24,13 @@ the weight matmuls instead of hiding under them (chapter 2; Austin et al., "How 
 inference chapter); the source text's max(all bytes / bandwidth, FLOPs / FLOP/s) survives only in the floor,
 where letting everything overlap is what makes it a bound, and in the roofline pictures (one intensity per
 step). A prefill step is max(bytes / bandwidth, FLOPs / FLOP/s): its KV writes stream beside the matmuls.
-FLOPs are 2 x active parameters per token (attention-score FLOPs are left out: they add under 10% for Llama 3
-70B at 4K context); tensor parallelism scales perfectly across ``num_gpus`` with no communication cost; one MFU
-regardless of batch; perfect batching with no queueing. It is an estimate, not a bound: at 50% MFU a real
-prefill can beat it, and at long prompts its missing attention FLOPs make it too fast.
+FLOPs are 2 x active parameters per token, plus prefill's causal attention FLOPs (:func:`attention_flops`, the
+floor's own term: they add under 10% for Llama 3 70B at 4K context, but outgrow the linear layers' past a few tens
+of thousands of tokens, and left out they priced a long prefill below its own floor, issue 52); tensor parallelism
+scales perfectly across ``num_gpus`` with no communication cost; one MFU regardless of batch; perfect batching with
+no queueing. It is an estimate, not a bound: at 50% MFU a real prefill can beat it. It never prices a step below
+the floor: every term is the floor's or larger (all the weights read, FP32 accumulation, MFU <= 1, attention's KV
+reads added), which tests/test_floor.py checks over the registry.
 
 ``estimate`` (``Deployment(..., estimate=Estimate())``): the simple estimate plus the terms a real server pays,
 each a named field of :class:`Estimate` with its source, and each can be switched off alone
@@ -183,7 +186,7 @@ class Estimate:
         showed the one-NIC ring too slow, so that source counts as in sample; its efficiency is a measurement from
         elsewhere.
     ``prefill_attention``: the causal attention FLOPs of prefill, quadratic in the prompt (the floor,
-        :func:`floor_deployment`, counts them too; the simple estimate leaves them out, as the source text does).
+        :func:`floor_deployment`, and the simple estimate count them too; the source text leaves them out).
     ``mixed_step``: under load, decode shares each step with other requests' prefill chunks (chunked prefill,
         Agrawal et al., "Sarathi-Serve", OSDI 2024): ``concurrency - 1`` requests each bring ``prompt / output``
         prompt tokens per output token, up to ``step_token_budget`` tokens per step.
@@ -470,8 +473,8 @@ MODE_MEANINGS = {
                "decode step takes KV bytes / bandwidth + max(weight bytes / bandwidth, FLOPs / (peak FLOP/s × MFU)): "
                "attention is a kernel of its own, so its KV reads add to the weight matmuls. Every weight is read, "
                "the whole embedding table included (kept at 16 bits with the output head, as engines keep them); "
-               "prefill's attention FLOPs are left out; batching is perfect and tensor parallelism free. An "
-               "estimate, not a bound."),
+               "prefill's causal attention FLOPs are counted, as in the floor; batching is perfect and tensor "
+               "parallelism free. An estimate, not a bound, and never below the floor."),
     "estimate": ("The simple estimate with the costs a real server pays, each a term that can be switched off alone: "
                  "an achieved share of the datasheet's bandwidth, measured elsewhere, and each chip's measured GEMM "
                  "efficiency in place of the MFU (or, where one is given, an MFU per phase); the engine's host time per layer where it launches kernels one by "
@@ -778,18 +781,29 @@ def tpot_s(dep: Deployment, batch: ArrayLike, context: ArrayLike) -> np.ndarray:
     return decode_step(dep, batch, context).time_s
 
 
-def prefill_step(dep: Deployment, prompt_tokens: ArrayLike, batch: ArrayLike = 1) -> StepTime:
-    """Prefill of ``batch`` prompts of ``prompt_tokens`` each in one pass: the weights are read once and used
-    for every prompt token, so it is compute-bound beyond a few hundred tokens. The arithmetic counts the
-    linear layers (2 x active params per token) and, in estimate mode and the floor, causal attention
-    (:func:`attention_flops`, quadratic in the prompt)."""
+def counts_prefill_attention(dep: Deployment) -> bool:
+    """Whether ``dep``'s mode charges prefill's causal attention FLOPs: the floor and the simple estimate always
+    (left out, a long prompt's simple estimate fell below its floor: issue 52), an :class:`Estimate` unless its
+    ``prefill_attention`` term is switched off."""
+    return dep.estimate is None or dep.estimate.prefill_attention
+
+
+def prefill_step(dep: Deployment, prompt_tokens: ArrayLike, batch: ArrayLike = 1, cached: ArrayLike = 0) -> StepTime:
+    """Prefill of ``batch`` prompts of ``prompt_tokens`` new tokens each in one pass, each after ``cached`` tokens
+    already in the KV cache (a prefix-cache hit): the weights are read once and used for every prompt token, so
+    it is compute-bound beyond a few hundred tokens. The arithmetic counts the linear layers (2 x active params
+    per token) and causal attention (:func:`attention_flops`: each new token scores the cached ones and the new
+    ones before it, quadratic in the prompt) unless an estimate switches that term off; the bytes count the
+    weights, the new tokens' KV writes and one read of the cached tokens' KV."""
     p = _positive(prompt_tokens, "prompt_tokens")
     b = _positive(batch, "batch")
+    s = _non_negative(cached, "cached (tokens already in the KV cache)")
     tokens = p * b
-    mem = (weight_bytes_read(dep, tokens) + tokens * dep.kv_bytes_per_token) / achieved_bandwidth(dep)
+    kv = (tokens + b * s) * dep.kv_bytes_per_token
+    mem = (weight_bytes_read(dep, tokens) + kv) / achieved_bandwidth(dep)
     flops = 2.0 * dep.model.active_params * tokens
-    if dep.estimate is not None and dep.estimate.prefill_attention:
-        flops = flops + b * attention_flops(dep.model, p)
+    if counts_prefill_attention(dep):
+        flops = flops + b * attention_flops(dep.model, p, s)
     comp = flops / achieved_flops(dep, "prefill")
     return StepTime(np.asarray(mem), np.asarray(comp), allreduce_s(dep, tokens), host_s(dep))
 
@@ -803,7 +817,7 @@ def mixed_step(dep: Deployment, batch: ArrayLike, context: ArrayLike, chunk: Arr
     c = _non_negative(chunk, "chunk")
     dec = decode_step(dep, batch, context)
     flops = 2.0 * dep.model.active_params * c
-    if dep.estimate is not None and dep.estimate.prefill_attention:
+    if counts_prefill_attention(dep):
         flops = flops + attention_flops(dep.model, c, chunk_offset)
     b = np.asarray(batch, dtype=float)
     return StepTime(np.asarray(dec.memory_s + c * dep.kv_bytes_per_token / achieved_bandwidth(dep)),
@@ -837,10 +851,10 @@ def mixed_tpot_s(dep: Deployment, concurrency: ArrayLike, prompt: ArrayLike, out
 
 def ttft_s(dep: Deployment, prompt_tokens: ArrayLike, prefix_hit: ArrayLike = 0.0) -> np.ndarray:
     """Time to first token with no queueing: the prefill of the part of the prompt not found in the prefix
-    cache (at least one token is always computed, so logits exist)."""
+    cache (at least one token is always computed, so logits exist), its attention over the cached part too."""
     p = _positive(prompt_tokens, "prompt_tokens")
     computed = np.maximum(1.0, np.round(p * (1 - _fraction(prefix_hit, "prefix_hit"))))
-    return prefill_step(dep, computed).time_s
+    return prefill_step(dep, computed, cached=p - computed).time_s
 
 
 # ------------------------------------------------------------------------------------ memory
@@ -972,7 +986,7 @@ def request_gpu_seconds(dep: Deployment, prompt_tokens: ArrayLike, output_tokens
     o = _positive(output_tokens, "output_tokens")
     b = _positive(batch, "batch")
     computed = np.maximum(1.0, np.round(p * (1 - _fraction(prefix_hit, "prefix_hit"))))
-    prefill = prefill_step(dep, computed).time_s
+    prefill = prefill_step(dep, computed, cached=p - computed).time_s
     decode = o * tpot_s(dep, b, p + o / 2) / b
     return prefill + decode
 

@@ -120,6 +120,17 @@ class Routing:
     loads: np.ndarray
     touched: np.ndarray
 
+    def __post_init__(self) -> None:
+        # checked where a routing enters (issue 52: a probability of 5 was taken); frozen, so set through object
+        loads = inputs.reals(self.loads, "loads (tokens per expert)", low=0.0)
+        touched = inputs.reals(self.touched, "touched (the probability each expert receives a token)", low=0.0,
+                               high=1.0, accepted="probabilities in [0, 1]")
+        if loads.shape != touched.shape:
+            raise inputs.InputError(f"loads and touched must give one value per expert each, got shapes "
+                                    f"{loads.shape} and {touched.shape}")
+        object.__setattr__(self, "loads", loads)
+        object.__setattr__(self, "touched", touched)
+
     @classmethod
     def exact(cls, loads: object) -> Routing:
         """Known token counts: an expert is read when it received any."""
@@ -327,8 +338,10 @@ def mla_capacity(model: str | ModelConfig, gpu: str | Hardware, gpus: int, conte
     m = get_model(model)
     hw = get_gpu(gpu)
     n = inputs.gpus(gpus, "gpus")
-    s = inputs.positive(context, "context")
+    s = float(inputs.counts(context, "context (tokens per sequence)"))  # at least one token: never a denormal
     lay = inputs.choice(layout, "layout", ("tp", "dp"))
+    weight_bytes = inputs.bytes_per_number(weight_bytes, "weight_bytes (bytes per weight)")
+    kv_bytes = inputs.bytes_per_number(kv_bytes, "kv_bytes (bytes per cached element)")
     if lay == "tp":
         cost.check_tp(m, n)
     w = weight_split(m)

@@ -17,10 +17,13 @@ the prompt's last token, :mod:`stage5.engine.prefix`):
 * the session's history, if the previous turn went to the same replica: the previous prompt and answer, less the
   answer's last token (sampled, never fed back, so it has no K/V), in full blocks.
 
-**The prediction.** One replica, or prefix-aware routing with no load bound, finds both whenever they exist.
-Round-robin and least-loaded routing do not look at prompts, so a request lands on the replica holding its
-session's history with probability 1/N and on one that has seen its tenant with probability 1 - (1 - 1/N)^m after
-the tenant's m earlier requests. The prediction assumes nothing is evicted and every earlier request was admitted
+**The prediction.** One replica, or prefix-aware routing with no load bound, finds both whenever they exist: with
+nothing evicted, no router finds more, so that figure bounds every policy. Round-robin and least-loaded routing do
+not look at prompts; the prediction for them is what a router that picks a replica at random for each request
+finds on average: the replica holding its session's history with probability 1/N, one that has seen its tenant
+with probability 1 - (1 - 1/N)^m after the tenant's m earlier requests. It is an expectation, not a bound: round-robin
+is deterministic, and a workload whose turns fall in step with its cycle (two sessions on three replicas) can find
+more than it, or less (issue 52). The prediction assumes nothing is evicted and every earlier request was admitted
 before this one arrives; both flatter the hit rate, and the fleet measures what is left.
 """
 
@@ -99,6 +102,11 @@ class MultiTenant:
         _length_range(self.turns, "turns")
         _length_range(self.user, "user (tokens)")
         _length_range(self.output, "output (tokens)")
+        # the bound every workload builder keeps (stage5.inputs.workload_size): requests and the tokens they carry
+        # at most, so 2**40 turns is one sentence, not a plan of terabytes
+        inputs.workload_size(self.sessions * self.turns[1], {"prompt": self.longest_prompt,
+                                                             "output": self.output[1]},
+                             "sessions x turns (the most requests the workload can send)")
         inputs.real(self.popularity, "popularity (Zipf exponent)", low=0.0, high=8.0)
         inputs.real(self.rate, "rate (sessions per second)", low=1e-3, high=1e6)
         inputs.real(self.think_s, "think_s (seconds)", low=0.0, high=1e6)
@@ -146,6 +154,9 @@ class MultiTenant:
 def cached_tokens(prefix: int, prompt: int, block_size: int) -> int:
     """Prompt tokens a cache holding K/V for the first ``prefix`` tokens can serve: whole blocks of the prefix,
     at most the prompt's full blocks before its last token (which is always computed)."""
+    prefix = inputs.non_negative_int(prefix, "prefix (tokens with cached K/V)")
+    prompt = inputs.positive_int(prompt, "prompt (tokens)")
+    block_size = inputs.positive_int(block_size, "block_size (tokens)")
     return min(prefix // block_size, (prompt - 1) // block_size) * block_size
 
 
@@ -170,11 +181,15 @@ class HitPrediction:
 
 
 def predicted_hits(spec: MultiTenant, replicas: int, policy: str, block_size: int = 16) -> HitPrediction:
-    """The hit rate ``policy`` should reach over ``replicas`` replicas (module docstring): prefix-aware routing
-    with no load bound finds what one replica would; round-robin and least-loaded routing find a session's
-    history with probability 1/N and its tenant's system prompt with probability 1 - (1 - 1/N)^m after m earlier
-    requests of the tenant (sessions counted in start order, a session's turns in order). No eviction, no
-    requests racing one another: an upper bound for every policy."""
+    """The hit rate ``policy`` is predicted to reach over ``replicas`` replicas (module docstring). Prefix-aware
+    routing with no load bound finds what one replica would: with no eviction and no requests racing one another,
+    no policy finds more. For round-robin and least-loaded routing, which do not look at prompts, it is the
+    expectation for a router that picks a replica at random: a session's history with probability 1/N, its
+    tenant's system prompt with probability 1 - (1 - 1/N)^m after m earlier requests of the tenant (sessions
+    counted in start order, a session's turns in order). Not a bound for them: round-robin is deterministic and
+    can find more (issue 52). Linear in the requests: each turn's prompt grows from the previous one's."""
+    if not isinstance(spec, MultiTenant):
+        raise inputs.ArgumentTypeError(f"spec must be a stage5.fleet.MultiTenant, got {type(spec).__name__}")
     n = check_replicas(replicas)
     check_policy(policy)
     block = inputs.positive_int(block_size, "block_size (tokens)")
@@ -182,16 +197,18 @@ def predicted_hits(spec: MultiTenant, replicas: int, policy: str, block_size: in
     seen: dict[int, int] = {}  # tenant -> its requests so far
     sent = history_part = system_part = 0.0
     for session in spec.plan:
+        prompt = last_prompt = last_output = 0
         for turn in session.turns:
-            prompt = spec.prompt_len(turn)
+            # the system prompt, the session so far and the new message (MultiTenant.prompt_len, built up from the
+            # previous turn's prompt and answer instead of summed again: linear in the turns)
+            last_prompt, prompt = prompt, (spec.system_len if turn.index == 0 else prompt + last_output) + turn.user_len
             earlier = seen.get(turn.tenant, 0)
             p_tenant = (1.0 if earlier else 0.0) if policy == "prefix_aware" else 1 - (1 - 1 / n) ** earlier
             system = cached_tokens(spec.system_len, prompt, block)
             if turn.index == 0:
                 system_part += p_tenant * system
             else:
-                last = session.turns[turn.index - 1]
-                history = cached_tokens(spec.prompt_len(last) + last.output_len - 1, prompt, block)
+                history = cached_tokens(last_prompt + last_output - 1, prompt, block)
                 # on the previous turn's replica the history holds the system prompt too; elsewhere only the
                 # tenant's other requests can have left it
                 p_other = p_tenant if policy == "prefix_aware" else 1 - (1 - 1 / n) ** (earlier - 1)
@@ -199,6 +216,7 @@ def predicted_hits(spec: MultiTenant, replicas: int, policy: str, block_size: in
                 system_part += (1 - p_same) * p_other * system
             sent += prompt
             seen[turn.tenant] = earlier + 1
+            last_output = turn.output_len
     return HitPrediction(policy, n, int(sent), history_part + system_part, history_part, system_part)
 
 

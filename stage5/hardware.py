@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from stage5.inputs import integer, real
 from stage5.names import resolve
 
 GiB = 2**30
@@ -117,8 +118,24 @@ class Hardware:
                              f"{', '.join(TENSOR_FORMATS)}")
         if not any(k in table for k in MATMULS["16-bit"]):
             raise ValueError(f"{self.name}: a peak table needs a 16-bit rate ({', '.join(MATMULS['16-bit'])})")
-        if not all(isinstance(v, float | int) and v > 0 for v in table.values()):
-            raise ValueError(f"{self.name}: every peak is a positive number of FLOP/s, got {table}")
+        for fmt, rate in table.items():  # a bool is an int to Python, and inf > 0: both refused by name
+            real(rate, f"{self.name}: peak FLOP/s of {fmt}", low=0.0, low_open=True,
+                 accepted="a finite number of FLOP/s > 0")
+        # A user-defined accelerator's other figures, each checked where it enters (issue 52: a bandwidth of
+        # -3e12 bytes/s priced a TPOT of 0.0 s): finite and positive, latencies >= 0, efficiencies in (0, 1].
+        for name, what in (("bandwidth", "memory bandwidth, bytes/s"), ("memory_bytes", "memory per device, bytes"),
+                           ("link_bandwidth", "GPU-to-GPU bandwidth per direction, bytes/s"),
+                           ("node_link_bandwidth", "inter-node bandwidth per GPU, bytes/s")):
+            real(getattr(self, name), f"{self.name}: {name} ({what})", low=0.0, low_open=True,
+                 accepted="a finite number > 0")
+        for name in ("link_latency_s", "node_link_latency_s", "allreduce_latency_s", "collective_latency_s"):
+            real(getattr(self, name), f"{self.name}: {name}", low=0.0, high=1.0,
+                 accepted="a finite number of seconds in [0, 1]")
+        for name in ("link_efficiency", "node_link_efficiency"):
+            real(getattr(self, name), f"{self.name}: {name}", low=0.0, high=1.0, low_open=True,
+                 accepted="a share of the link's bandwidth in (0, 1]")
+        for name in ("nvlink_domain", "gpus_per_node"):
+            integer(getattr(self, name), f"{self.name}: {name} (GPUs)", minimum=1, maximum=1 << 20)
 
     def peak(self, fmt: str) -> float | None:
         """Dense peak of one tensor format (a key of :data:`TENSOR_FORMATS`); None where the chip lacks it."""

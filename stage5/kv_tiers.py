@@ -109,11 +109,15 @@ def breakeven_bandwidth_limit(dep: cost.Deployment) -> float:
 def capacity_sequences(dep: cost.Deployment, context: float, name: str | None = None, remote_nodes: int = 1) -> int:
     """Sequences of ``context`` tokens whose caches fit in HBM (``name`` None: the KV budget, as
     :func:`stage5.cost.max_concurrency` counts it) or in tier ``name`` across the deployment's GPUs."""
+    s = float(inputs.counts(context, "context (tokens per sequence)"))  # at least one token: no division by ~0
     if name is None:
-        return int(cost.max_concurrency(dep, context))
+        return int(cost.max_concurrency(dep, s))
     t = tier(name, dep.gpu, remote_nodes)
-    s = inputs.positive(context, "context (tokens)")
-    return int(t.capacity * dep.num_gpus // float(cost.kv_bytes_per_sequence(dep, s)))
+    fit = t.capacity * dep.num_gpus // float(cost.kv_bytes_per_sequence(dep, s))
+    if not fit <= inputs.MAX_COUNT:  # an infinite pool, or a count past what a float holds exactly
+        raise inputs.InputError(f"tier {t.name} would hold {fit:.3g} sequences of {s:,.0f} tokens, past 2**53 (beyond "
+                                "that a count is not exact); accepted: a finite tier and a longer context")
+    return int(fit)
 
 
 def tier_gb_per_s(name: str, gpu: Hardware) -> float:

@@ -98,7 +98,8 @@ def test_the_floor_and_simple_meanings_agree_with_the_code():
     assert cost.FLOOR.prefill_attention and "prefill's causal attention included" in floor
     assert not cost.FLOOR.additive_attention and "overlapped" in floor
     assert not cost.FLOOR.allreduce and "communication between GPUs free" in floor
-    assert "whole embedding table" in simple and "attention FLOPs are left out" in simple
+    assert "whole embedding table" in simple and "causal attention FLOPs are counted" in simple
+    assert cost.counts_prefill_attention(cost.Deployment.of("llama3-8b", "H100"))  # as the simple meaning says
     assert f"{cost.DEFAULT_MFU:.0%}" in simple
 
 

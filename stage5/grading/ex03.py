@@ -34,14 +34,17 @@ FUNCTION_GAIN_FACTOR = 1.05
 
 
 def reference_diagnosis(dep: Mapping[str, Any]) -> Any:
-    """:func:`stage5.levers.diagnose_reference` for a learner-style deployment dict (ex03's ``Deployment``)."""
-    from stage5 import levers
+    """:func:`stage5.levers.diagnose_reference` for a learner-style deployment dict (ex03's ``Deployment``), priced
+    by the cost model the exercise states: the simple estimate with prefill's attention FLOPs left out (its rule 3
+    prices a prefill at 2 x N x T FLOPs), which ``Estimate.only("additive_attention")`` prices exactly."""
+    from stage5 import cost, levers
 
     return levers.diagnose_reference(
         dep["model"], dep["gpu"], dep["num_gpus"], dep["prompt"], dep["output"], dep["concurrency"],
         dep["objective"], weights=dep.get("weights", "bf16"), kv=dep.get("kv", "bf16"),
         prefix_hit=dep.get("prefix_hit", 0.5), alpha=dep.get("alpha", 0.7), k=dep.get("k", 4),
-        draft_cost=dep.get("draft_cost", 0.05), tpot_slo_s=dep.get("tpot_slo_s", levers.DEFAULT_TPOT_SLO_S))
+        draft_cost=dep.get("draft_cost", 0.05), tpot_slo_s=dep.get("tpot_slo_s", levers.DEFAULT_TPOT_SLO_S),
+        estimate=cost.Estimate.only("additive_attention"))
 
 
 def describe_deployment(dep: Mapping[str, Any]) -> str:
