@@ -34,7 +34,7 @@ from collections import defaultdict
 from pathlib import Path
 
 from collect import printable
-from intake import InvalidSubmission, prepare
+from intake import InvalidSubmission, prepare, write_notebook
 from nbgrader.api import Gradebook, MissingEntry
 from nbgrader.exchange.default.collect import ExchangeCollect
 from nbgrader.utils import check_mode
@@ -153,7 +153,11 @@ class OwnerCheckedCollect(ExchangeCollect):
             except InvalidSubmission as why:
                 self.log.error("%s: %s", who, why)
                 continue
-            notebook.write_text(json.dumps(nb, ensure_ascii=False))
+            try:
+                write_notebook(notebook, nb)  # a new file, replacing the collected one only once it is whole
+            except (OSError, ValueError) as why:
+                self.log.error("%s: kept as collected, could not be taken in (%s)", who, type(why).__name__)
+                continue
             for note in notes:
                 self.log.warning("%s: %s", who, note)
 

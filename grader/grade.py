@@ -59,7 +59,15 @@ def main(argv: list[str] | None = None) -> int:
     if args.jobs < 1:
         parser.error(f"--jobs must be at least 1, got {args.jobs}")
 
-    course = Course(args.work)
+    try:  # --work names a folder: a file there, or a folder that cannot be made, is one line (issue 52)
+        if args.work and Path(args.work).exists() and not Path(args.work).is_dir():
+            raise NotADirectoryError(f"--work {printable(args.work)} is a file, not a folder: accepted: a folder for "
+                                     "nbgrader's state (made if missing)")
+        course = Course(args.work)
+    except OSError as err:
+        return _refuse(str(err) if isinstance(err, NotADirectoryError) and "--work" in str(err) else
+                       f"--work {printable(str(args.work))}: cannot use it as the working folder "
+                       f"({err.strerror or type(err).__name__}); accepted: a folder this account can write")
     try:
         course.check_assignment(args.assignment)
         roster = read_roster(args.roster) if args.roster else None

@@ -5,7 +5,8 @@
 
 * a file over :data:`MAX_SUBMISSION_BYTES`, not JSON, not nbformat 4, or whose cells are not objects (or number over
   :data:`MAX_CELLS`) is :class:`InvalidSubmission`, one line;
-* lone surrogates (which no kernel message can carry) are replaced by U+FFFD, and counted;
+* lone surrogates (which no kernel message or UTF-8 file can carry), in values and in keys alike, are replaced by
+  U+FFFD, and counted (issue 52: one in a metadata key left a 0-byte copy of the learner's notebook);
 * changed nbgrader metadata (a grading cell added, duplicated, renamed, with other flags or points, or an answer
   cell's metadata gone) is graded on the release's grading cells with the learner's answers (:data:`RESTORED`);
 * deleted or edited test cells are noted (nbgrader's OverwriteCells restores them from the gradebook).
@@ -16,6 +17,7 @@ from __future__ import annotations
 import copy
 import difflib
 import json
+import os
 from pathlib import Path
 
 MAX_SUBMISSION_BYTES = 50 * 2**20  # a submitted file larger than this is not opened
@@ -207,20 +209,43 @@ def tampering(submitted: dict, release: dict) -> list[str]:
 
 
 def scrub_unicode(value, count: list[int] | None = None):
-    """``value`` (parsed JSON) with lone surrogates, which no kernel message or file can carry, replaced by U+FFFD;
-    returns (clean value, number replaced)."""
+    """``value`` (parsed JSON) with lone surrogates, which no kernel message or file can carry, replaced by U+FFFD in
+    every string, an object's keys included; returns (clean value, number replaced). Two keys that clean to the
+    same text are both kept, the later one suffixed, so nothing the learner wrote is dropped."""
     top = count is None
     count = [0] if top else count
     if isinstance(value, str):
-        clean = value.encode("utf-8", "surrogatepass").decode("utf-8", "replace") if any(
-            "\ud800" <= ch <= "\udfff" for ch in value) else value
-        if clean != value:
-            count[0] += sum("\ud800" <= ch <= "\udfff" for ch in value)
-        out = clean
+        out = _scrub_text(value, count)
     elif isinstance(value, list):
         out = [scrub_unicode(v, count) for v in value]
     elif isinstance(value, dict):
-        out = {k: scrub_unicode(v, count) for k, v in value.items()}
+        out = {}
+        for k, v in value.items():
+            key = _scrub_text(k, count)
+            if key != k:
+                while key in value or key in out:  # a cleaned key never lands on another key's value
+                    key += "\ufffd"
+            out[key] = scrub_unicode(v, count)
     else:
         out = value
     return (out, count[0]) if top else out
+
+
+def _scrub_text(text: str, count: list[int]) -> str:
+    if not any("\ud800" <= ch <= "\udfff" for ch in text):
+        return text
+    count[0] += sum("\ud800" <= ch <= "\udfff" for ch in text)
+    return "".join("\ufffd" if "\ud800" <= ch <= "\udfff" else ch for ch in text)  # one U+FFFD for each
+
+
+def write_notebook(path: Path, nb: dict) -> None:
+    """Write ``nb`` to ``path`` as a learner's file is written everywhere in the grader: to a new file beside it,
+    which replaces ``path`` only once it is whole (``os.replace`` is atomic), so a failure (a character no file can
+    hold, a full disk) leaves the file that was there, never a truncated one."""
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.intake-tmp")
+    try:
+        tmp.write_text(json.dumps(nb, ensure_ascii=False), encoding="utf-8")
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)

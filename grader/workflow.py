@@ -232,7 +232,7 @@ class Course:
             return r
         r.reasons += notes
         dest.mkdir(parents=True, exist_ok=True)
-        (dest / release_nb.name).write_text(json.dumps(nb, ensure_ascii=False))
+        intake.write_notebook(dest / release_nb.name, nb)  # whole or not at all
         (dest / "timestamp.txt").write_text(timestamp_text(path.stat().st_mtime))  # Formgrader's time
         return r
 

@@ -76,8 +76,26 @@ def closed_folders(targets: list[Path]) -> list[Path]:
     return out
 
 
+def checked(targets: object, uids: object) -> tuple[list[Path], list[int]]:
+    """``targets`` (a list of paths, each a Path or a string) and ``uids`` (a list of account ids, integers an ACL
+    entry can hold) as checked lists; anything else is one :class:`AccessError` line (issue 52: a bad uid raised
+    ``struct.error``, a string for the list ``AttributeError``)."""
+    if isinstance(targets, (str, bytes, Path)) or not isinstance(targets, (list, tuple)):
+        raise AccessError(f"targets must be a list of folders (Path or str), got {type(targets).__name__} "
+                          f"{str(targets)[:60]!r}")
+    if not all(isinstance(t, (str, Path)) and str(t) and "\0" not in str(t) for t in targets):
+        raise AccessError("every target must be a folder's path (a non-empty Path or str without NUL bytes)")
+    if isinstance(uids, (str, bytes)) or not isinstance(uids, (list, tuple)):
+        raise AccessError(f"uids must be a list of account ids, got {type(uids).__name__} {str(uids)[:60]!r}")
+    for uid in uids:
+        if not isinstance(uid, int) or isinstance(uid, bool) or not 0 <= uid < UNDEFINED:
+            raise AccessError(f"every uid must be an account id, an integer in [0, {UNDEFINED - 1}], got {uid!r}")
+    return [Path(t) for t in targets], list(uids)
+
+
 def grant(targets: list[Path], uids: list[int]) -> list[Path]:
     """Let ``uids`` pass through every folder above ``targets`` that others may not enter; returns those folders."""
+    targets, uids = checked(targets, uids)
     folders = closed_folders(targets)
     for folder in folders:
         try:
@@ -94,6 +112,7 @@ def grant(targets: list[Path], uids: list[int]) -> list[Path]:
 
 def revoke(targets: list[Path], uids: list[int]) -> None:
     """Take back what :func:`grant` gave ``uids`` on the folders above ``targets`` (other ACL entries stay)."""
+    targets, uids = checked(targets, uids)
     for target in targets:
         target = target.resolve()
         for folder in [*reversed(target.parents), target]:

@@ -120,14 +120,14 @@ class Hardware:
             raise ValueError(f"{self.name}: a peak table needs a 16-bit rate ({', '.join(MATMULS['16-bit'])})")
         for fmt, rate in table.items():  # a bool is an int to Python, and inf > 0: both refused by name
             real(rate, f"{self.name}: peak FLOP/s of {fmt}", low=0.0, low_open=True,
-                 accepted="a finite number of FLOP/s > 0")
+                 accepted="a positive, finite number of FLOP/s")
         # A user-defined accelerator's other figures, each checked where it enters (issue 52: a bandwidth of
         # -3e12 bytes/s priced a TPOT of 0.0 s): finite and positive, latencies >= 0, efficiencies in (0, 1].
         for name, what in (("bandwidth", "memory bandwidth, bytes/s"), ("memory_bytes", "memory per device, bytes"),
                            ("link_bandwidth", "GPU-to-GPU bandwidth per direction, bytes/s"),
                            ("node_link_bandwidth", "inter-node bandwidth per GPU, bytes/s")):
             real(getattr(self, name), f"{self.name}: {name} ({what})", low=0.0, low_open=True,
-                 accepted="a finite number > 0")
+                 accepted="a positive, finite number")
         for name in ("link_latency_s", "node_link_latency_s", "allreduce_latency_s", "collective_latency_s"):
             real(getattr(self, name), f"{self.name}: {name}", low=0.0, high=1.0,
                  accepted="a finite number of seconds in [0, 1]")

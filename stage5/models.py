@@ -152,6 +152,28 @@ class UnsupportedArchitecture(ValueError):
     """A config.json whose architecture the reader does not model: the message names what it did not read."""
 
 
+def _scaled_max_context(scaling: Any, max_pos: int, label: str) -> int:
+    """The longest context a config's rotary scaling serves, by vLLM's rule (vllm/config.py,
+    ``_get_and_verify_max_len``, vLLM 0.8): YaRN's ``rope_scaling`` defines one, ``factor`` x
+    ``original_max_position_embeddings`` (Qwen2.5's model card adds factor 4 over 32,768 for 131,072 tokens;
+    DeepSeek-V3's own config gives 40 x 4,096 = its max_position_embeddings, 163,840). Without
+    ``original_max_position_embeddings`` in it, transformers' YaRN takes max_position_embeddings as the original
+    (``_compute_yarn_parameters``), and so does this. Other rope types keep max_position_embeddings (vLLM multiplies
+    linear and dynamic scaling's factor in too; the course does not read those). The price of a context is the
+    same formula either way: scaling changes the rotary angles, not the bytes or the FLOPs."""
+    if not isinstance(scaling, dict):
+        return max_pos
+    kind = scaling.get("rope_type", scaling.get("type"))
+    if kind != "yarn":
+        return max_pos
+    factor = inputs.real(scaling.get("factor"), f"{label}: rope_scaling.factor (YaRN)", low=1.0, high=1024.0)
+    original = scaling.get("original_max_position_embeddings", max_pos)
+    original = inputs.integer(original, f"{label}: rope_scaling.original_max_position_embeddings", minimum=1,
+                              maximum=inputs.MAX_REQUEST_TOKENS)
+    return inputs.integer(int(original * factor), f"{label}: YaRN's scaled context (factor x original)", minimum=1,
+                          maximum=inputs.MAX_COUNT)
+
+
 def _refuse_unknown(cfg: dict[str, Any], model_type: str, label: str) -> None:
     if model_type in ENCODERS:
         raise UnsupportedArchitecture(f"{label}: model_type {model_type!r} is an encoder, not a decoder that "
@@ -406,6 +428,8 @@ class ModelConfig:
 
         if gpt2:
             extra.update(gated_mlp=False, norm="layernorm", learned_positions=max_pos, linear_bias=True)
+        else:
+            max_pos = _scaled_max_context(cfg.get("rope_scaling"), max_pos, label)
         return cls(
             name=label, vocab_size=vocab, hidden_size=hidden, num_layers=layers, num_heads=heads,
             num_kv_heads=kv_heads, head_dim=head_dim, intermediate_size=intermediate,

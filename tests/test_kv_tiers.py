@@ -49,14 +49,20 @@ def test_breakeven_bandwidth_makes_reload_and_recompute_equal(model, gpu, n):
 
 
 def test_breakeven_limit_is_k_f_over_2n():
-    """In the simple estimate a long prefill is 2 N p / F (no attention FLOPs), so B* -> k F / (2 N n) exactly."""
-    d = dep(estimate=None)
+    """With attention's FLOPs left out (the source text's prefill, Estimate.only's) a long prefill is 2 N p / F, so
+    B* -> k F / (2 N n) exactly; the simple estimate counts attention (issue 52), and its B* is p k / (n t(p)) with
+    t(p) = (2 N p + attention FLOPs) / F."""
+    d = dep(estimate=cost.Estimate.only("additive_attention"))
     p = 1 << 15
     assert float(cost.prefill_step(d, p).compute_bound)
     f = d.gpu.flops(d.weight_bytes) * d.mfu * d.num_gpus
     expected = d.kv_bytes_per_token * f / (2 * d.model.active_params * d.num_gpus)
     assert kv_tiers.breakeven_bandwidth_limit(d) == pytest.approx(expected)
     assert float(kv_tiers.breakeven_bandwidth(d, p)) == pytest.approx(expected, rel=1e-9)
+    simple = dep(estimate=None)
+    t = (2 * simple.model.active_params * p + float(cost.attention_flops(simple.model, p))) / f
+    assert float(kv_tiers.breakeven_bandwidth(simple, p)) == pytest.approx(
+        p * simple.kv_bytes_per_token / (simple.num_gpus * t), rel=1e-9)
     # with prefill attention counted the recompute is dearer, so the break-even falls below the limit
     assert float(kv_tiers.breakeven_bandwidth(dep(), p)) < kv_tiers.breakeven_bandwidth_limit(dep())
 
