@@ -203,6 +203,7 @@ def ep_experts(model: str | ModelConfig, gpu: str | Hardware, ep: int, routing: 
     hw = get_gpu(gpu)
     ep = check_ep(m, ep)
     r = _routing(m, routing)
+    weight_bytes = inputs.bytes_per_number(weight_bytes, "weight_bytes (bytes per weight)")
     one = _one_gpu(m, hw, weight_bytes, estimate)
     expert = m._expert_params()
     touched = r.touched.reshape(ep, m.num_experts // ep).sum(axis=1)
@@ -221,6 +222,7 @@ def tp_experts(model: str | ModelConfig, gpu: str | Hardware, tp: int, routing: 
     hw = get_gpu(gpu)
     n = inputs.positive_int(tp, "tp")
     r = _routing(m, routing)
+    weight_bytes = inputs.bytes_per_number(weight_bytes, "weight_bytes (bytes per weight)")
     one = _one_gpu(m, hw, weight_bytes, estimate)
     expert = m._expert_params()
     mem = r.touched.sum() * expert * weight_bytes / n / cost.achieved_bandwidth(one)
@@ -365,3 +367,7 @@ def hypothetical_domain(gpu: str | Hardware, gpus: int) -> Hardware:
     hw = get_gpu(gpu)
     n = inputs.gpus(gpus, "gpus")
     return replace(hw, name=f"{hw.name} (NVLink domain of {n})", nvlink_domain=n, gpus_per_node=n)
+
+
+# Every public function above refuses a wrong record (a string where a Deployment goes) in one sentence.
+inputs.check_object_arguments(globals())

@@ -123,3 +123,7 @@ def capacity_sequences(dep: cost.Deployment, context: float, name: str | None = 
 def tier_gb_per_s(name: str, gpu: Hardware) -> float:
     """A tier's bandwidth per GPU in decimal GB/s (for the chapter's prose)."""
     return tier(name, gpu).bandwidth / GB
+
+
+# Every public function above refuses a wrong record (a string where a Deployment goes) in one sentence.
+inputs.check_object_arguments(globals())

@@ -22,6 +22,8 @@ from stage5 import (
     claims,
     cost,
     drafters,
+    fleet,
+    kv_tiers,
     levers,
     long_context,
     plots,
@@ -30,6 +32,7 @@ from stage5 import (
     routing,
     scaling,
 )
+from stage5 import expert_parallel as ep
 from stage5 import step_model as sm
 from stage5.engine import bench_prefix, bench_roofline, bench_spec, checks, roofline_spec, workload
 from stage5.engine import model as tm
@@ -50,6 +53,7 @@ TINY = make_model(torch.float32)
 TEXT = bytes(range(256)) * 40
 LOGITS = torch.linspace(-2.0, 2.0, 16)
 X = np.linspace(-1.0, 1.0, 64).reshape(8, 8)
+SMALL_FLEET = fleet.MultiTenant(tenants=2, system_len=32, sessions=4, turns=(1, 3))
 
 # name -> (function, keyword arguments it answers for). Hostile values replace one argument at a time.
 CATALOGUE = {
@@ -228,6 +232,49 @@ CATALOGUE = {
     "engine.checks.fits_model": (checks.fits_model, {"request": Request(0, (1, 2), 4), "cfg": CFG}),
     "engine.sequence.Request": (Request, {"id": 0, "prompt": (1, 2, 3), "max_tokens": 4, "stop_after": 2,
                                           "arrival": 0.0}),
+    # ---------------------------------------------------------------- the fleet, KV tiers, expert parallelism (issue 52)
+    "fleet.check_replicas": (fleet.check_replicas, {"replicas": 4}),
+    "fleet.check_policy": (fleet.check_policy, {"policy": "round_robin"}),
+    "fleet.cached_tokens": (fleet.cached_tokens, {"prefix": 100, "prompt": 200, "block_size": 16}),
+    "fleet.predicted_hits": (fleet.predicted_hits, {"spec": SMALL_FLEET, "replicas": 3, "policy": "round_robin",
+                                                    "block_size": 16}),
+    "fleet.routed_hit_rate": (fleet.routed_hit_rate, {"prefix_hit": 0.5, "history_share": 0.5, "replicas": 4,
+                                                      "policy": "round_robin"}),
+    "fleet.MultiTenant": (fleet.MultiTenant, {"tenants": 2, "system_len": 32, "sessions": 3, "turns": (1, 2),
+                                              "rate": 4.0, "think_s": 0.5, "seed": 0}),
+    "kv_tiers.tier": (kv_tiers.tier, {"name": "remote", "gpu": H100, "remote_nodes": 2}),
+    "kv_tiers.reload_s": (kv_tiers.reload_s, {"dep": DEP, "prefix": 1024, "name": "cpu"}),
+    "kv_tiers.speedup": (kv_tiers.speedup, {"dep": DEP, "prefix": 1024, "name": "ssd"}),
+    "kv_tiers.breakeven_bandwidth": (kv_tiers.breakeven_bandwidth, {"dep": DEP, "prefix": 1024}),
+    "kv_tiers.breakeven_bandwidth_limit": (kv_tiers.breakeven_bandwidth_limit, {"dep": DEP}),
+    "kv_tiers.capacity_sequences": (kv_tiers.capacity_sequences, {"dep": DEP, "context": 1024, "name": "cpu",
+                                                                  "remote_nodes": 1}),
+    "kv_tiers.tier_gb_per_s": (kv_tiers.tier_gb_per_s, {"name": "ssd", "gpu": H100}),
+    "expert_parallel.check_ep": (ep.check_ep, {"model": MIXTRAL, "ep": 2}),
+    "expert_parallel.alltoall_bytes_per_token": (ep.alltoall_bytes_per_token, {"model": MIXTRAL, "ep": 2,
+                                                                               "dispatch_bytes": 1.0,
+                                                                               "combine_bytes": 2.0}),
+    "expert_parallel.alltoall": (ep.alltoall, {"model": MIXTRAL, "gpu": H100, "ep": 2, "tokens": 64}),
+    "expert_parallel.zipf_routing": (ep.zipf_routing, {"model": MIXTRAL, "tokens": 64, "skew": 1.0, "seed": 0}),
+    "expert_parallel.Routing": (ep.Routing, {"loads": np.ones(8), "touched": np.full(8, 0.5)}),
+    "expert_parallel.ep_experts": (ep.ep_experts, {"model": MIXTRAL, "gpu": H100, "ep": 2, "routing": np.ones(8),
+                                                   "weight_bytes": 1.0}),
+    "expert_parallel.tp_experts": (ep.tp_experts, {"model": MIXTRAL, "gpu": H100, "tp": 2, "routing": np.ones(8),
+                                                   "weight_bytes": 1.0}),
+    "expert_parallel.expert_ridge_tokens": (ep.expert_ridge_tokens, {"gpu": H100, "weight_bytes": 1.0}),
+    "expert_parallel.mla_attention_intensity": (ep.mla_attention_intensity, {"model": "deepseek-v3",
+                                                                             "heads_per_gpu": 16, "query_tokens": 1,
+                                                                             "kv_bytes": 2.0}),
+    "expert_parallel.gqa_attention_intensity": (ep.gqa_attention_intensity, {"model": LLAMA, "query_tokens": 1,
+                                                                             "kv_bytes": 2.0}),
+    "expert_parallel.mla_attention": (ep.mla_attention, {"model": "deepseek-v3", "gpu": "H200", "gpus": 8,
+                                                         "batch": 8, "context": 4096, "layout": "dp",
+                                                         "kv_bytes": 2.0}),
+    "expert_parallel.weight_split": (ep.weight_split, {"model": "deepseek-v3"}),
+    "expert_parallel.mla_capacity": (ep.mla_capacity, {"model": "deepseek-v3", "gpu": "H200", "gpus": 8,
+                                                       "context": 4096, "layout": "dp", "weight_bytes": 1.0,
+                                                       "kv_bytes": 2.0}),
+    "expert_parallel.hypothetical_domain": (ep.hypothetical_domain, {"gpu": H100, "gpus": 16}),
 }
 
 # Public functions of MODULES that are not catalogued, and why.
@@ -247,7 +294,7 @@ EXEMPT = {
 }
 EXEMPT = {name: why for names, why in EXEMPT.items() for name in names.split()}
 MODULES = [cost, scaling, quantization, levers, routing, long_context, plots, sm, drafters, quant_numerics, claims,
-           tm, workload, bench_prefix, bench_roofline, roofline_spec, bench_spec, checks]
+           tm, workload, bench_prefix, bench_roofline, roofline_spec, bench_spec, checks, fleet, kv_tiers, ep]
 
 HOSTILE = ["x", None, True, [1.0, "a"], math.nan, math.inf, -math.inf, 0, -1, -2.5, 5e-324, 1e300, 10**30, 2**63]
 
