@@ -60,7 +60,9 @@ def test_no_ttft_or_tpot_is_below_its_floor_up_to_each_models_maximum(mode):
                 ("prefill", cost.prefill_step(floor, p).time_s, cost.prefill_step(other, p).time_s),
                 ("TPOT", cost.tpot_s(floor, np.array([[1], [64]]), p), cost.tpot_s(other, np.array([[1], [64]]), p)),
                 ("request", cost.request_gpu_seconds(floor, p, 128, 8, hits),
-                 cost.request_gpu_seconds(other, p, 128, 8, hits))):
+                 cost.request_gpu_seconds(other, p, 128, 8, hits)),
+                ("mixed step", cost.mixed_step(floor, 8, p, 512, p).time_s,
+                 cost.mixed_step(other, 8, p, 512, p).time_s)):
             if np.any(o < f * (1 - 1e-12)):
                 below.append(f"{model} {weights} on {dep.num_gpus} x {gpu}: {mode} {what} below the floor")
     assert below == []
@@ -144,6 +146,21 @@ def test_a_cached_prefix_prices_the_new_tokens_attention_over_the_cache():
         assert float(cost.ttft_s(d, p, hit)) == float(cost.prefill_step(d, new, cached=p - new).time_s)
     # a hit still saves time, never more than the whole prefill
     assert 0 < float(cost.ttft_s(dep, p, hit)) < float(cost.ttft_s(dep, p))
+
+
+@pytest.mark.parametrize("gpus, prompt", [(4, 32768), (8, 131072)])
+def test_the_simulators_ttft_with_a_cached_prefix_covers_the_attention_over_it(gpus, prompt):
+    """The issue's cases through the simulator: 90% of a long prompt cached, on H200s; every mode's TTFT at least
+    the new tokens' attention over the whole prompt at peak."""
+    model, p = get_model("qwen2.5-72b"), prompt - 64  # room for the output within the model's context
+    new = round(p * 0.1)
+    attention = float(cost.attention_flops(model, new, p - new))
+    peak = max(rate for _, rate in cost.get_gpu("H200").peaks) * gpus  # the fastest format the chip has
+    for mode in cost.MODES:
+        out = simulate(SimInputs(model="qwen2.5-72b", gpu="H200", num_gpus=gpus, prompt=p, output=64,
+                                 concurrency=1, prefix_hit=0.9, mode=mode))
+        assert out.ok, out.error
+        assert out.ttft_ms >= 1e3 * attention / peak, mode
 
 
 def test_the_cached_part_is_read_once():
