@@ -109,8 +109,9 @@ def test_fp8_weights_and_cache_stay_below_two_in_estimate_mode():
     assert np.all(estimated < 1.95) and np.all(estimated > 1.0)
     allreduce = end_to_end_gain(*ARGS, p, o, b, "fp8", "weights+kv", estimate=cost.Estimate.only("allreduce"))
     assert np.all(allreduce < 2.0)
+    # (prefill's attention named too: the simple estimate counts it since issue 52, Estimate.only() does not)
     one_gpu = end_to_end_gain("llama3-8b", ARGS[1], 1, 1024, 256, 16, "fp8", "weights+kv",
-                              estimate=cost.Estimate.only("allreduce"))
+                              estimate=cost.Estimate.only("allreduce", "prefill_attention"))
     assert float(one_gpu) == pytest.approx(float(end_to_end_gain("llama3-8b", ARGS[1], 1, 1024, 256, 16, "fp8",
                                                                  "weights+kv")))
 
