@@ -980,8 +980,9 @@ def cost_per_million_tokens(dep: Deployment, batch: ArrayLike, context: ArrayLik
 
 def request_gpu_seconds(dep: Deployment, prompt_tokens: ArrayLike, output_tokens: ArrayLike,
                         batch: ArrayLike = 1, prefix_hit: ArrayLike = 0.0) -> np.ndarray:
-    """Deployment-seconds one request costs when ``batch`` requests share each step: its (uncached) prefill
-    plus its share of ``output_tokens`` decode steps at the mean context (prompt + half the output)."""
+    """Deployment-seconds one request costs when ``batch`` requests share each step: the prefill of its uncached
+    part (its attention over the cached part included) plus its share of ``output_tokens`` decode steps at the mean
+    context (prompt + half the output)."""
     p = _positive(prompt_tokens, "prompt_tokens")
     o = _positive(output_tokens, "output_tokens")
     b = _positive(batch, "batch")
