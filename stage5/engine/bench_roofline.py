@@ -3,7 +3,9 @@
 For each batch size the paged, continuous engine serves that many short requests, and the median time of
 its decode steps is compared with :func:`stage5.step_model.predict_step` from this machine's cached
 calibration. Batch sizes are measured interleaved, round after round (alternating direction), and medians are
-reported, so a burst of other work on the machine hits every batch size alike.
+reported, so a burst of other work on the machine hits every batch size alike. The calibration is re-checked
+before use (:func:`stage5.calibrate.calibrated`); the report says how busy the machine was when it was
+measured, whether it is provisional, and what the re-check did.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from stage5.models import ModelConfig
 BATCHES = (1, 2, 4, 8, 16, 32, 64)
 PROMPT_LEN, NEW_TOKENS, BLOCK = 4, 8, 16
 KEYS = ("batches", "predicted_ms", "measured_ms", "ratio", "memory_share_b1", "ridge_batch_predicted",
-        "ridge_batch_measured", "speedup_b32_over_b1")
+        "ridge_batch_measured", "speedup_b32_over_b1", "calibration")
 
 
 def step_requests(batch: int, prompt_len: int = PROMPT_LEN, new_tokens: int = NEW_TOKENS):
@@ -33,8 +35,14 @@ def step_requests(batch: int, prompt_len: int = PROMPT_LEN, new_tokens: int = NE
 
 
 def measure_decode_steps(model, cfg: ModelConfig, batches=BATCHES, rounds: int = 5, prompt_len: int = PROMPT_LEN,
-                         new_tokens: int = NEW_TOKENS) -> tuple[dict[int, float], dict[int, float]]:
-    """(median decode step seconds, mean K/V tokens per sequence in those steps) per batch size."""
+                         new_tokens: int = NEW_TOKENS, cpu: bool = False) -> tuple[dict[int, float], dict[int, float]]:
+    """(median decode step seconds, mean K/V tokens per sequence in those steps) per batch size.
+
+    ``cpu``: time each step on a :class:`~stage5.engine.clock.CpuClock` (waits for a core left out) and report
+    the low quantile the calibration uses (:func:`~stage5.calibration.low_quantile`) instead of the median: the
+    step as an undisturbed core runs it, which a busy machine's wall clock cannot show."""
+    from stage5.calibration import low_quantile
+    from stage5.engine.clock import CpuClock
     from stage5.engine.engine import Engine
 
     times: dict[int, list[float]] = {b: [] for b in batches}
@@ -43,13 +51,13 @@ def measure_decode_steps(model, cfg: ModelConfig, batches=BATCHES, rounds: int =
     for r in range(rounds):
         for b in (batches if r % 2 == 0 else batches[::-1]):
             result = Engine(model, cfg, num_blocks=blocks, block_size=BLOCK, max_batch=b).run(
-                step_requests(b, prompt_len, new_tokens))
-            for seconds, ctx, (kind, ids) in zip(result.step_s, result.step_context, result.trace, strict=True):
-                if kind == "decode":
-                    times[b].append(seconds)
-                    context[b].append(ctx / len(ids))
-    return ({b: statistics.median(t) for b, t in times.items()},
-            {b: statistics.fmean(c) for b, c in context.items()})
+                step_requests(b, prompt_len, new_tokens), clock=CpuClock() if cpu else None)
+            for record in result.steps_log:
+                if record.kind == "decode":
+                    times[b].append(record.end_s - record.start_s if cpu else record.wall_s)
+                    context[b].append(record.context / len(record.ids))
+    summary = low_quantile if cpu else statistics.median
+    return ({b: summary(t) for b, t in times.items()}, {b: statistics.fmean(c) for b, c in context.items()})
 
 
 def roofline_report(cal: Calibration, cfg: ModelConfig, measured_s: dict[int, float],
@@ -70,7 +78,11 @@ def roofline_report(cal: Calibration, cfg: ModelConfig, measured_s: dict[int, fl
         "memory_share_b1": float(b1.memory_s) / measured[0],
         "ridge_batch_predicted": ridge_batch(cal, cfg),
         "ridge_batch_measured": knee_batch(batches, measured),
+        # a property of this CPU (how far its matmul kernels gain with rows), reported as measured, never expected
         "speedup_b32_over_b1": (32 / measured_s[32]) / (1 / measured_s[1]) if {1, 32} <= set(batches) else None,
+        # how busy the machine was while the calibration was measured; run() adds what its re-check did
+        "calibration": {"provisional": cal.provisional, "cpu_share": cal.cpu_share, "run_queue": cal.run_queue,
+                        "cores": cal.cores, "check": None},
     }
     assert tuple(report) == KEYS
     return report
@@ -86,21 +98,24 @@ class RooflineMeasurement:
     ideal_ms: list[float]
     context: dict[int, float]
     shares: tuple[float, ...] = ()  # batch-1 weight-streaming shares, one per round (measure_memory_share)
+    calibration_note: str = ""  # what the calibration's re-check did, in one sentence (Checked.note)
 
 
 def measure_for_chapter(batches=(1, 2, 4, 8, 16, 32), rounds: int = 3, new_tokens: int = 5) -> RooflineMeasurement:
     """The chapters' version of the benchmark: fewer batches, rounds and tokens, so it takes seconds."""
     import dataclasses
 
-    from stage5.calibrate import calibrate
+    from stage5.calibrate import calibrated
     from stage5.engine.roofline_toy import load_roofline_toy
 
     model, cfg = load_roofline_toy()
-    cal = calibrate(cfg)
+    checked = calibrated(cfg)
     measure_decode_steps(model, cfg, batches=(1,), rounds=1, new_tokens=3)  # warm up before timing
     measured, context = measure_decode_steps(model, cfg, batches, rounds, new_tokens=new_tokens)
     shares = tuple(measure_memory_share(model, cfg, new_tokens=new_tokens))
-    return dataclasses.replace(measurement_from(cal, cfg, measured, context), shares=shares)
+    toy = measurement_from(checked.cal, cfg, measured, context)
+    toy.report["calibration"]["check"] = checked.note
+    return dataclasses.replace(toy, shares=shares, calibration_note=checked.note)
 
 
 def measurement_from(cal: Calibration, cfg: ModelConfig, measured_s: dict[int, float],
@@ -148,14 +163,16 @@ def measure_memory_share(model, cfg: ModelConfig, rounds: int = 7, new_tokens: i
 
 
 def run(rounds: int = 5, batches=BATCHES, force_calibration: bool = False) -> dict:
-    from stage5.calibrate import calibrate
+    from stage5.calibrate import calibrated
     from stage5.engine.roofline_toy import load_roofline_toy
 
     model, cfg = load_roofline_toy()
-    cal = calibrate(cfg, force=force_calibration)
+    checked = calibrated(cfg, force=force_calibration)
     measure_decode_steps(model, cfg, batches=(1, 4), rounds=1)  # warm up allocator and kernels before timing
     measured, context = measure_decode_steps(model, cfg, batches, rounds)
-    return roofline_report(cal, cfg, measured, context)
+    report = roofline_report(checked.cal, cfg, measured, context)
+    report["calibration"]["check"] = checked.note
+    return report
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -178,7 +195,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"ridge: batch {report['ridge_batch_predicted']:.0f} predicted, about {report['ridge_batch_measured']:.0f} "
           "from the measured curve's knee")
     if report["speedup_b32_over_b1"] is not None:
-        print(f"tokens/s at batch 32 over batch 1: {report['speedup_b32_over_b1']:.1f}x")
+        print(f"tokens/s at batch 32 over batch 1: {report['speedup_b32_over_b1']:.1f}x (measured on this CPU)")
+    print(report["calibration"]["check"])
     return 0
 
 
