@@ -128,7 +128,7 @@ STREAM_BYTES = 256 * 2**20
 # quieter machine finds it off and replaces it.
 TOLERANCE = 1.25
 PROBE_ROWS = 16
-PROBE_BATCHES = (1, 64)
+PROBE_BATCHES = (1, 64)  # the batches the calibration's hollow run times (engine/overhead.OVERHEAD_BATCHES)
 
 
 def use_course_threads() -> None:
@@ -323,7 +323,7 @@ def probe(cal: Calibration, cfg, passes: int = 3) -> Probe:
     (``cal.rate``), and a hollow engine step at each of :data:`PROBE_BATCHES` (the fixed overheads). Each timing
     is taken as the calibration takes it (the CPU clock, ``passes`` repeats, the low quantile), at a fraction
     of its cost: well under 2 CPU seconds on the course's machines."""
-    from stage5.engine.overhead import hollow_config, hollow_step_times
+    from stage5.engine.overhead import OVERHEAD_ROUNDS, hollow_config, hollow_step_times
     from stage5.engine.roofline_toy import build
 
     use_course_threads()
@@ -339,7 +339,9 @@ def probe(cal: Calibration, cfg, passes: int = 3) -> Probe:
     matmul = _matmul_times(mats, (PROBE_ROWS,), passes, meter)[PROBE_ROWS]
     ratios["matmul"] = flops / float(cal.rate(PROBE_ROWS)) / matmul
     del mats
-    steps = hollow_step_times(build(hollow_config(cfg)), PROBE_BATCHES, rounds=2, new_tokens=5)
+    # the calibration's own hollow run (same batches, rounds and steps): a low quantile of fewer samples would sit
+    # higher on a busy machine, where a step's time spreads wide
+    steps = hollow_step_times(build(hollow_config(cfg)), PROBE_BATCHES, rounds=OVERHEAD_ROUNDS)
     for b in PROBE_BATCHES:
         ratios[f"overhead_b{b}"] = (cal.overhead_step_s + b * cal.overhead_seq_s) / low_quantile(steps[b])
     return Probe(ratios, meter.result(), time.process_time() - cpu0)
@@ -378,7 +380,7 @@ class Checked:
             return (f"The cached calibration passed its check: the {len(p.ratios)} parts of a probe step were "
                     f"predicted at {p.span} of their measured times ({accepted}).")
         if "off" in self.reasons:
-            why = (f"the probe's {_PARTS.get(p.worst, p.worst)} was predicted at {p.ratios[p.worst]:.2g} of its "
+            why = (f"the probe's {_PARTS.get(p.worst, p.worst)} was predicted at {p.ratios[p.worst]:.2f} of its "
                    f"measured time ({accepted})")
         else:
             why = f"it had been measured under load ({self.previous.load.describe()}) and the machine is quiet now"

@@ -19,6 +19,9 @@ def hollow_config(cfg):
                    intermediate_size=4 * cfg.num_heads)
 
 
+OVERHEAD_BATCHES, OVERHEAD_ROUNDS = (1, 64), 5
+
+
 def hollow_step_times(model, batches: tuple[int, ...], rounds: int, new_tokens: int = 8) -> dict[int, list[float]]:
     """Decode step seconds of the hollow ``model`` per batch size, batch sizes interleaved round by round, each
     step timed on a :class:`~stage5.engine.clock.CpuClock` (time spent waiting for a core left out)."""
@@ -32,7 +35,8 @@ def hollow_step_times(model, batches: tuple[int, ...], rounds: int, new_tokens: 
     return times
 
 
-def measure_overhead(cfg, batches: tuple[int, int] = (1, 64), rounds: int = 5) -> tuple[float, float]:
+def measure_overhead(cfg, batches: tuple[int, int] = OVERHEAD_BATCHES, rounds: int = OVERHEAD_ROUNDS
+                     ) -> tuple[float, float]:
     """(seconds per step, seconds per sequence per step) of a decode step whose matrices cost nothing.
 
     Serves ``batch`` short requests on a hollow copy of ``cfg`` through the paged, continuous engine and fits
