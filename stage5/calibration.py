@@ -3,6 +3,11 @@
 The record sits below the engine: the engine's virtual clock and :mod:`stage5.step_model` read it, and nothing
 here imports torch or the engine. Measuring it (:func:`stage5.calibrate.calibrate`) needs both, and sits above.
 
+A calibration also records how busy the machine was while it was measured (:class:`Load`): the share of a CPU
+core the measuring process got, and how many other tasks were ready to run. One taken under load is
+*provisional*: it is used, said to be provisional, and replaced at the next quiet chance
+(:func:`stage5.calibrate.calibrate`).
+
 The cache is a file the program wrote itself, but a person can edit it, a disk can cut it short, and a copy can
 come from another machine. So a cache is read as untrusted input: every field is checked (types, lengths,
 finite, positive, within what any CPU can do), and an invalid file is set aside with one line naming the field,
@@ -25,7 +30,7 @@ from stage5 import inputs
 from stage5.hardware import Hardware
 
 THREADS = 1
-CALIBRATION_VERSION = 2  # bump when what is measured changes, so stale caches are not reused
+CALIBRATION_VERSION = 3  # bump when what is measured changes, so stale caches are not reused (3: load recorded)
 CACHE_LIMIT_BYTES = 64 * 1024  # a calibration file is under 1 kB; anything far larger is not one
 
 # Plausible bounds on what one CPU thread measures, so an edited or foreign cache cannot put a silent wrong number
@@ -45,6 +50,17 @@ MIN_BANDWIDTH, MAX_BANDWIDTH = 1e8, 1e12  # bytes/s
 MIN_RATE, MAX_RATE = 1e7, 1e13  # FLOP/s
 MAX_OVERHEAD_STEP_S, MAX_OVERHEAD_SEQ_S = 1.0, 0.1
 MAX_ROWS = 2**20
+# Load: a share of a core is CPU seconds per wall second of a one-thread process, at most 1 (a little more only
+# through clock granularity; 2 leaves room without admitting nonsense). Run queues and load averages are counts of
+# tasks; a million is beyond any machine's.
+MAX_CPU_SHARE, MAX_TASKS = 2.0, 1e6
+# Quiet: the measuring thread had at least 90% of a core, and fewer other tasks were ready to run than there are
+# cores (so, on average, a core was free for it). Below either, the calibration is provisional.
+QUIET_CPU_SHARE = 0.9
+# Repeated timings are summarised by their low quantile: other work on the machine can only slow a timing down,
+# so the low tail is the machine undisturbed, where a mean would average in whatever else ran. Not the minimum:
+# one lucky sample (a timer tick, a prefetch that happened to win) would set it alone.
+LOW_QUANTILE = 0.2
 
 
 class InvalidCalibration(inputs.InputError):
@@ -53,6 +69,32 @@ class InvalidCalibration(inputs.InputError):
 
 def _field(name: str) -> str:
     return f"calibration field {name!r}"
+
+
+@dataclass(frozen=True)
+class Load:
+    """How busy the machine was while something was timed.
+
+    ``cpu_share``: CPU seconds the timing process used per wall second (1: it had a core to itself, 0.5: it
+    waited half the time). ``run_queue``: other tasks ready to run, the mean of snapshots of ``/proc/loadavg``
+    (None where the OS has no such file). ``load_1m``: the one-minute load average (None where unknown).
+    ``cores``: CPUs this process may run on.
+    """
+
+    cpu_share: float
+    run_queue: float | None
+    load_1m: float | None
+    cores: int
+
+    @property
+    def quiet(self) -> bool:
+        """The timing thread had most of a core and, on average, a core was free for it."""
+        return self.cpu_share >= QUIET_CPU_SHARE and (self.run_queue is None or self.run_queue < self.cores)
+
+    def describe(self) -> str:
+        """'48% of a CPU core, 3.1 other tasks ready to run on 2 cores', in words for a one-line note."""
+        queue = "" if self.run_queue is None else f", {self.run_queue:.1f} other tasks ready to run on {self.cores} cores"
+        return f"{100 * min(self.cpu_share, 1.0):.0f}% of a CPU core{queue}"
 
 
 @dataclass(frozen=True)
@@ -72,6 +114,13 @@ class Calibration:
     model: str  # the config whose shapes and op graph were measured
     seconds: float = 0.0  # how long calibrating took
     version: int = CALIBRATION_VERSION
+    # The load while it was measured (see Load); the defaults describe a quiet machine, for records made by hand.
+    cpu_share: float = 1.0
+    run_queue: float | None = None
+    load_1m: float | None = None
+    cores: int = 1
+    measured_at: float = 0.0  # Unix time of the measurement (0: unknown)
+    provisional: bool = False  # measured under load: replaced at the next quiet chance
 
     def __post_init__(self) -> None:
         try:
@@ -106,9 +155,30 @@ class Calibration:
             inputs.real(getattr(self, name), _field(name), low=0.0, high=most,
                         accepted=f"seconds in [0, {most:g}] (a fixed cost of Python and op dispatch)")
         inputs.real(self.seconds, _field("seconds"), low=0.0, accepted="a finite number of seconds >= 0")
+        inputs.real(self.cpu_share, _field("cpu_share"), low=0.0, high=MAX_CPU_SHARE,
+                    accepted=f"CPU seconds per wall second in [0, {MAX_CPU_SHARE:g}] (a one-thread process's share of a core)")
+        for name in ("run_queue", "load_1m"):
+            if getattr(self, name) is not None:
+                inputs.real(getattr(self, name), _field(name), low=0.0, high=MAX_TASKS,
+                            accepted=f"null or a number of tasks in [0, {MAX_TASKS:g}]")
+        inputs.integer(self.cores, _field("cores"), minimum=1, maximum=2**20)
+        inputs.real(self.measured_at, _field("measured_at"), low=0.0, high=1e11,
+                    accepted="a Unix time in seconds, in [0, 1e11]")
+        if not isinstance(self.provisional, bool):
+            raise InvalidCalibration(f"{_field('provisional')} must be true or false, got {self.provisional!r}")
         # frozen: normalise lists from JSON to tuples of plain numbers
         object.__setattr__(self, "rows", tuple(rows))
         object.__setattr__(self, "rates", tuple(float(r) for r in self.rates))
+        for name in ("cpu_share", "measured_at"):
+            object.__setattr__(self, name, float(getattr(self, name)))
+        for name in ("run_queue", "load_1m"):
+            if getattr(self, name) is not None:
+                object.__setattr__(self, name, float(getattr(self, name)))
+
+    @property
+    def load(self) -> Load:
+        """The load while this calibration was measured."""
+        return Load(self.cpu_share, self.run_queue, self.load_1m, self.cores)
 
     def rate(self, rows) -> np.ndarray:
         """Achieved FLOP/s at ``rows`` token rows, interpolated in log-log between measured points."""
@@ -132,7 +202,8 @@ class Calibration:
         if not isinstance(data, dict):
             raise InvalidCalibration(f"a calibration must be a JSON object, got {type(data).__name__}")
         known = set(cls.__dataclass_fields__)
-        required = {n for n, f in cls.__dataclass_fields__.items() if f.default is MISSING}
+        # a cache must say how busy the machine was: a file without it cannot be told apart from a quiet one
+        required = {n for n, f in cls.__dataclass_fields__.items() if f.default is MISSING} | set(LOAD_FIELDS)
         missing = sorted(required - set(data))
         if missing:
             raise InvalidCalibration(f"{_field(missing[0])} is missing")
@@ -143,6 +214,41 @@ class Calibration:
 
     def to_json(self, **extra) -> str:
         return inputs.dumps({**asdict(self), **extra}, indent=1)
+
+
+def low_quantile(samples) -> float:
+    """The :data:`LOW_QUANTILE` of repeated timings (linear interpolation between order statistics)."""
+    return float(np.quantile(np.asarray(samples, dtype=float), LOW_QUANTILE))
+
+
+LOAD_FIELDS = ("cpu_share", "run_queue", "load_1m", "cores", "measured_at", "provisional")
+
+
+def cores() -> int:
+    """CPUs this process may run on (its affinity where the OS reports it, else every CPU)."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        return max(1, os.cpu_count() or 1)
+
+
+def machine_load() -> tuple[float | None, float | None]:
+    """(other tasks ready to run now, one-minute load average), None for what this OS does not report.
+
+    Linux's ``/proc/loadavg`` gives both: its fourth field counts the runnable tasks, this one included (it is
+    running while it reads), so one is taken off. Elsewhere only the load average is known (``os.getloadavg``).
+    """
+    try:
+        with open("/proc/loadavg") as f:
+            fields = f.read(200).split()
+        running = float(fields[3].split("/")[0])
+        return max(0.0, running - 1.0), float(fields[0])
+    except (OSError, IndexError, ValueError):
+        pass
+    try:
+        return None, float(os.getloadavg()[0])
+    except (AttributeError, OSError):
+        return None, None
 
 
 def machine_memory_bytes() -> float:

@@ -73,9 +73,11 @@ IMPLAUSIBLE = [({"bandwidth": 1.0}, "bandwidth"), ({"bandwidth": 99e12}, "bandwi
 
 @pytest.fixture
 def cache_home(tmp_path, monkeypatch):
-    """A private cache folder; measuring is replaced by the made-up machine (no seconds of timing)."""
+    """A private cache folder; measuring is replaced by the made-up machine, and the re-check of a cached one by
+    a probe that agrees with it (no seconds of timing; tests/test_calibration_load.py checks the real probe)."""
     monkeypatch.setenv("STAGE5_CACHE_DIR", str(tmp_path))
     monkeypatch.setattr(cal_mod, "measure", lambda cfg: GOOD)
+    monkeypatch.setattr(cal_mod, "probe", lambda cal, cfg: cal_mod.Probe({"stream": 1.0}, cal.load, 0.0))
     return tmp_path
 
 

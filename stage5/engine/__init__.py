@@ -7,7 +7,8 @@
   (chunked prefill); shared by both engines;
 * ``batch.py``       - ``feed()``: one forward pass over a batch's uncached tokens (batch preparation, once);
 * ``metrics.py``     - ``Recorder``, ``RunResult``, ``StepRecord`` (what ``on_step`` receives), latency percentiles;
-* ``clock.py``       - ``WallClock`` and ``VirtualClock`` (steps timed by the calibrated step model);
+* ``clock.py``       - ``WallClock``, ``CpuClock`` (waits for a core left out) and ``VirtualClock`` (steps
+  timed by the calibrated step model);
 * ``engine.py``      - ``Engine(model, cfg, allocator=..., scheduler=...).run(requests) -> RunResult``;
 * ``prefix.py``      - ``PrefixCachingAllocator``: chained-hash full blocks, shared by reference count, LRU;
 * ``speculative.py`` - ``accept_or_resample``, ``SpeculativeEngine``, the draft-model and prompt-lookup drafters;

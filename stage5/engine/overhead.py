@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from stage5.calibration import low_quantile
+from stage5.engine.clock import CpuClock
 from stage5.engine.engine import Engine
 from stage5.engine.roofline_toy import build
 from stage5.engine.sequence import Request
@@ -17,19 +19,31 @@ def hollow_config(cfg):
                    intermediate_size=4 * cfg.num_heads)
 
 
-def measure_overhead(cfg, batches: tuple[int, int] = (1, 64), rounds: int = 5) -> tuple[float, float]:
-    """(seconds per step, seconds per sequence per step) of a decode step whose matrices cost nothing.
+OVERHEAD_BATCHES, OVERHEAD_ROUNDS = (1, 64), 5
 
-    Serves ``batch`` short requests on a hollow copy of ``cfg`` through the paged, continuous engine and fits
-    the median decode step time as a + b * batch from two batch sizes, interleaved round by round.
-    """
-    model = build(hollow_config(cfg))
+
+def hollow_step_times(model, batches: tuple[int, ...], rounds: int, new_tokens: int = 8) -> dict[int, list[float]]:
+    """Decode step seconds of the hollow ``model`` per batch size, batch sizes interleaved round by round, each
+    step timed on a :class:`~stage5.engine.clock.CpuClock` (time spent waiting for a core left out)."""
     times: dict[int, list[float]] = {b: [] for b in batches}
     for _ in range(rounds):
         for b in batches:
-            requests = [Request(i, (1 + i % 7, 2, 3, 4), 8) for i in range(b)]
-            result = Engine(model, model.cfg, num_blocks=b * 2 + 2, block_size=16, max_batch=b).run(requests)
-            times[b] += [s for s, (kind, _) in zip(result.step_s, result.trace, strict=True) if kind == "decode"]
-    lo, hi = (sorted(times[b])[len(times[b]) // 2] for b in batches)
+            requests = [Request(i, (1 + i % 7, 2, 3, 4), new_tokens) for i in range(b)]
+            result = Engine(model, model.cfg, num_blocks=b * 2 + 2, block_size=16, max_batch=b).run(
+                requests, clock=CpuClock())
+            times[b] += [r.end_s - r.start_s for r in result.steps_log if r.kind == "decode"]  # on the CPU clock
+    return times
+
+
+def measure_overhead(cfg, batches: tuple[int, int] = OVERHEAD_BATCHES, rounds: int = OVERHEAD_ROUNDS
+                     ) -> tuple[float, float]:
+    """(seconds per step, seconds per sequence per step) of a decode step whose matrices cost nothing.
+
+    Serves ``batch`` short requests on a hollow copy of ``cfg`` through the paged, continuous engine and fits
+    the low quantile of the decode step times (:func:`~stage5.calibration.low_quantile`) as a + b * batch from
+    two batch sizes, interleaved round by round.
+    """
+    times = hollow_step_times(build(hollow_config(cfg)), batches, rounds)
+    lo, hi = (low_quantile(times[b]) for b in batches)
     per_seq = max(0.0, (hi - lo) / (batches[1] - batches[0]))
     return max(0.0, lo - per_seq * batches[0]), per_seq
