@@ -200,6 +200,7 @@ CATALOGUE = {
     "claims.bound_at_batch_one": (claims.bound_at_batch_one, {"memory_share": 0.8, "threshold": 0.7}),
     "claims.describe_stall_reach": (claims.describe_stall_reach, {"share": 0.2, "percentile": 99}),
     "claims.describe_share": (claims.describe_share, {"shares": [0.8, 0.9], "threshold": 0.7}),
+    "claims.describe_tail": (claims.describe_tail, {"count": 40, "percentile": 99}),
     # ---------------------------------------------------------------- the torch model and the workload builders
     "engine.model.probs": (tm.probs, {"logits": LOGITS, "temperature": 0.8}),
     "engine.model.sample": (tm.sample, {"logits": LOGITS, "temperature": 0.8}),
