@@ -105,6 +105,8 @@ CATALOGUE = {
     "cost.request_gpu_seconds": (cost.request_gpu_seconds, {"dep": DEP, "prompt_tokens": 1024, "output_tokens": 128,
                                                             "batch": 1, "prefix_hit": 0.0}),
     "cost.expected_tokens_per_verification": (cost.expected_tokens_per_verification, {"alpha": 0.7, "k": 4}),
+    "cost.tree_verification": (cost.tree_verification, {"alpha": 0.7, "depth": 4, "width": 2}),
+    "cost.one_layer_draft_cost": (cost.one_layer_draft_cost, {"model": "llama3-70b"}),
     "cost.speculative_speedup": (cost.speculative_speedup, {"dep": DEP, "batch": 4, "context": 1024, "alpha": 0.7,
                                                             "k": 4, "draft_cost": 0.05}),
     "cost.speculation_breakeven_batch": (cost.speculation_breakeven_batch, {"dep": DEP, "context": 1024,
