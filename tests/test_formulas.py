@@ -277,3 +277,32 @@ def test_a_printed_tail_quantile_states_its_sample_size(name):
 def test_the_quantile_rule_sees_quantiles_and_counts():
     assert TAIL.search("load_ttft_p99_hi") and TAIL.search("m_pa_ttft99_ms") and not TAIL.search("m_pa_ttft50_ms")
     assert SAMPLE.search("load_n") and SAMPLE.search("m_rr_requests") and not SAMPLE.search("load_long_lo")
+
+
+# ------------------------------------------------------------------ "compute-bound" beside its ridge
+# An intensity called compute-bound is a claim about a ridge: chapter 13 once called 242 FLOPs per byte compute-bound
+# beside an H100 ridge of 295 (true on the H200 of its example, and at the FLOP rate kernels reach, which the page
+# did not say). A paragraph that says "compute-bound" and pastes a glued intensity pastes the ridge it is judged by.
+INTENSITY = re.compile(r"(?:^|_)int(?:ensity)?(?:_|$)")
+
+
+def _bound_without_ridge(text: str) -> list[list[str]]:
+    out = []
+    for para in re.split(r"\n\s*\n", text):
+        if "compute-bound" not in para:
+            continue
+        ids = [g.rpartition("::")[2] for g in GLUE_REF.findall(para)]
+        if any(INTENSITY.search(g) for g in ids) and not any("ridge" in g for g in ids):
+            out.append(sorted(g for g in ids if INTENSITY.search(g)))
+    return out
+
+
+@pytest.mark.parametrize("name", CHAPTERS)
+def test_compute_bound_is_said_beside_a_ridge(name):
+    bare = _bound_without_ridge(_markdown(name))
+    assert not bare, f"{name}: 'compute-bound' beside glued intensities {bare} but no glued ridge in the paragraph"
+
+
+def test_the_ridge_rule_sees_a_bare_claim():
+    assert _bound_without_ridge("MLA is compute-bound ({glue:text}`mla_int:.0f` FLOPs per byte).")
+    assert not _bound_without_ridge("compute-bound: {glue:text}`mla_int:.0f` against {glue:text}`mla_ridge:.0f`.")
