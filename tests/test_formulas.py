@@ -306,3 +306,32 @@ def test_compute_bound_is_said_beside_a_ridge(name):
 def test_the_ridge_rule_sees_a_bare_claim():
     assert _bound_without_ridge("MLA is compute-bound ({glue:text}`mla_int:.0f` FLOPs per byte).")
     assert not _bound_without_ridge("compute-bound: {glue:text}`mla_int:.0f` against {glue:text}`mla_ridge:.0f`.")
+
+
+# ------------------------------------------------------------------ "introduced" and "first" carry their source
+# Chapter 4 once credited Sarathi-Serve with introducing chunked prefill (SARATHI did, and DeepSpeed-FastGen's Dynamic
+# SplitFuse did the same a few months later), and chapter 13 credited Flash-Decoding with introducing a split whose
+# priority its source does not claim and chapter 12 does not give. A sentence that says who introduced, invented or was first to do something cites its source in the same
+# sentence; the words for the course's own order ("introduced below", "chapter 3 introduces") are not attributions.
+ATTRIBUTION = re.compile(r"\b(?:introduced|introduces|invented|pioneered|first (?:proposed|described)|"
+                         r"(?:was|were) the first)\b")
+OWN_ORDER = re.compile(r"\b(?:introduced (?:below|above|earlier|later|here)|[Cc]hapters? \d+ introduces?)\b")
+
+
+def _uncited_attributions(text: str) -> list[str]:
+    sentences = re.split(r"(?<=[.!?])\s+(?=[A-Z*])", re.sub(r"\s+", " ", text))
+    return [s[:120] for s in sentences if ATTRIBUTION.search(OWN_ORDER.sub(" ", s)) and "{cite}" not in s]
+
+
+@pytest.mark.parametrize("name", [*CHAPTERS, "glossary", "intro"])
+def test_an_attribution_cites_its_source(name):
+    path = ROOT / "book" / f"{name}.md"
+    text = path.read_text() if path.exists() else _markdown(name)
+    bare = _uncited_attributions(text)
+    assert not bare, f"{name}: attributions without a citation in the same sentence: {bare}"
+
+
+def test_the_attribution_rule_tells_credit_from_the_course_s_order():
+    assert _uncited_attributions("Sarathi-Serve, which introduced this scheduling, reports its gains.")
+    assert not _uncited_attributions("SARATHI introduced chunked prefills {cite}`agrawal2023sarathi`.")
+    assert not _uncited_attributions("The toy's matrices (introduced below) are large. Chapter 3 introduces it.")
