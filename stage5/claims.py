@@ -96,15 +96,39 @@ def describe_roofline(report: dict) -> dict[str, str]:
     }
 
 
-def describe_spec(batches: Sequence[int], measured: Sequence[float], predicted: Sequence[float]) -> dict[str, str]:
-    """The sentences chapter 7 glues around speculative speedups measured and predicted at ``batches``."""
+def describe_spec(batches: Sequence[int], measured: Sequence[float], predicted: Sequence[float],
+                  curve: tuple[Sequence[int], Sequence[float]] | None = None) -> dict[str, str]:
+    """The sentences chapter 7 glues around speculative speedups measured and predicted at ``batches``. ``curve``
+    is the prediction on a finer grid of batches (``(batches, speedups)``), which places its break-even; without it
+    the prediction at ``batches`` is used."""
+    fine_batches, fine = curve if curve is not None else (batches, predicted)
     return {
         "measured_crossing": crossing(batches, measured),
         "predicted_crossing": crossing(batches, predicted),
+        "predicted_trend": _predicted_trend(fine_batches, fine),
         "small_batch": times(measured[0]),
         "large_batch": times(measured[-1]),
-        "verdict": _spec_verdict(measured, predicted),
+        "verdict": _spec_verdict(measured, fine),
     }
+
+
+def _predicted_trend(batches: Sequence[int], values: Sequence[float]) -> str:
+    """What a predicted speedup curve does as the batch grows, in words: a gain that falls below 1 (the collapse,
+    with its break-even batch), a gain that shrinks but stays above 1, a speedup that does not fall, or no gain at
+    any batch. Only the first has a break-even to quote."""
+    values = [inputs.positive(v, "predicted speedup") for v in values]
+    first, last, top = values[0], values[-1], max(values)
+    start, end = batches[0], batches[-1]
+    span = f"{first:.2f}× at batch {start}, {last:.2f}× at batch {end}"
+    if top <= 1 + NOISE:
+        trend = "and it does not fall as the batch grows" if last >= first else "and less as the batch grows"
+        return f"predicts no clear gain at any batch ({span}) {trend}: there is no collapse to predict on this build"
+    if last >= first * (1 - NOISE):
+        return f"predicts a speedup that does not fall as the batch grows ({span}): no collapse on this build"
+    below = first_below(batches, values)
+    if below is None:
+        return f"predicts a gain that shrinks as the batch grows but stays above 1 ({span})"
+    return f"predicts the collapse: a gain at small batch that is gone from about batch {below} ({span})"
 
 
 def _spec_verdict(measured: Sequence[float], predicted: Sequence[float]) -> str:
@@ -114,7 +138,11 @@ def _spec_verdict(measured: Sequence[float], predicted: Sequence[float]) -> str:
     if collapses(measured):
         return ("speculation helped at small batch and hurt at large batch, as predicted" if collapses(predicted)
                 else "speculation helped at small batch and hurt at large batch, which the prediction did not foresee")
-    return "this build did not show the full collapse: the measured speedups above say where it stopped short"
+    if collapses(predicted):
+        return ("this build did not show the collapse the prediction expects: the measured speedups above say where "
+                "it stopped short")
+    return ("neither the prediction nor the measurement shows the collapse on this build: the speedups above say "
+            "what each did instead")
 
 
 def describe_knee(rates: Sequence[float], ttft_p99: Sequence[float], throughput: Sequence[float],
@@ -188,6 +216,26 @@ def describe_stall_reach(share: float, percentile: float = 99) -> str:
         return f"{said}, more than the {beyond:g}% beyond p{percentile:g}, so p{percentile:g} ITL was such a stall"
     return (f"{said}, no more than the {beyond:g}% beyond p{percentile:g}, so p{percentile:g} ITL fell short of the "
             "stalls and only the worst gap shows them")
+
+
+def describe_tail(count: int, percentile: float = 99) -> str:
+    """Where percentile ``percentile`` of ``count`` values sits, in words: numpy's default (linear) interpolation
+    places it between two neighbouring values counted from the largest, so a tail quantile of a small sample is
+    close to its maximum ("between the slowest and the second-slowest of 40")."""
+    n = inputs.integer(count, "count (values the percentile is taken over)", minimum=1, maximum=10**12)
+    q = inputs.real(percentile, "percentile", low=0.0, high=100.0)
+    position = q / 100 * (n - 1)
+    low = n - 1 - int(position)  # 0: the largest value
+    ordinal = ["slowest", "second-slowest", "third-slowest", "fourth-slowest", "fifth-slowest"]
+    if n == 1:
+        return "the only value"
+
+    def rank(k: int) -> str:
+        return ordinal[k] if k < len(ordinal) else f"{k + 1}th-slowest"
+
+    if position == int(position):
+        return f"the {rank(low)} of {n:,}"
+    return f"between the {rank(low - 1)} and the {rank(low)} of {n:,}"
 
 
 def describe_share(shares: Sequence[float], threshold: float = 0.7) -> dict[str, str]:

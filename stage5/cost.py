@@ -1008,19 +1008,51 @@ def expected_tokens_per_verification(alpha: ArrayLike, k: ArrayLike) -> np.ndarr
 
 
 def speculative_speedup(dep: Deployment, batch: ArrayLike, context: ArrayLike, alpha: ArrayLike, k: ArrayLike,
-                        draft_cost: float = 0.05) -> np.ndarray:
+                        draft_cost: float = 0.05, tree_width: int = 1) -> np.ndarray:
     """Speculative decoding's speedup over plain decode at the same batch.
 
     One round: k draft steps (each ``draft_cost`` x a target decode step) plus one target pass that scores
     k + 1 positions per sequence - about the same bytes, (k + 1) x the arithmetic. The round yields
     ``expected_tokens_per_verification`` tokens per sequence. Once the verification pass turns compute-bound
     the speedup shrinks, and near the ridge it falls below 1. The draft model's own KV cache is not counted.
+    With ``tree_width`` above 1 the pass verifies a token tree instead of a chain (:func:`tree_verification`):
+    more tokens accepted per round, bought with more positions scored.
     """
     inputs.real(draft_cost, "draft_cost (a draft step's time over a target step's)", low=0.0)
+    tokens, scored = tree_verification(alpha, k, tree_width)
     plain = decode_step(dep, batch, context).time_s
-    verify = decode_step(dep, batch, context, tokens_per_seq=np.asarray(k, dtype=float) + 1).time_s
+    verify = decode_step(dep, batch, context, tokens_per_seq=scored).time_s
     round_s = verify + np.asarray(k, dtype=float) * draft_cost * plain
-    return expected_tokens_per_verification(alpha, k) * plain / round_s
+    return tokens * plain / round_s
+
+
+def tree_verification(alpha: ArrayLike, depth: ArrayLike, width: int = 1) -> tuple[np.ndarray, np.ndarray]:
+    """(expected tokens per round, positions the target scores per sequence) for a full token tree of ``width``
+    candidates at every node and ``depth`` levels of drafts, verified in one pass (EAGLE-2's dynamic trees
+    are pruned versions of it). A level is accepted when any of its ``width`` candidates matches, taken as
+    independent draws at ``alpha`` each: 1 - (1 - alpha)^width, an optimistic bound (a drafter's top candidates
+    are correlated). Width 1 is the chain: k + 1 positions scored."""
+    w = inputs.positive_int(width, "tree_width (candidates per node)", maximum=64)
+    a = np.asarray(alpha, dtype=float)
+    if np.any(~((a >= 0) & (a <= 1))):  # written so that NaN fails too
+        raise ValueError(f"alpha is an acceptance probability in [0, 1], got {alpha!r}")
+    kk = np.asarray(depth, dtype=float)
+    if np.any(~((kk >= 0) & (kk <= 64))) or np.any(kk != np.round(kk)):
+        raise ValueError(f"depth (drafted tokens per branch) must be a whole number from 0 to 64, got {depth!r}")
+    level = 1 - (1 - a) ** w
+    scored = kk + 1 if w == 1 else (float(w) ** (kk + 1) - 1) / (w - 1)
+    return expected_tokens_per_verification(level, depth), np.asarray(scored, dtype=float)
+
+
+def one_layer_draft_cost(model: str | ModelConfig) -> float:
+    """A one-layer draft head's decode step over the target's, both memory-bound (time in proportion to the weights
+    read): one of the target's decoder layers plus its output head, against the whole body plus the head. EAGLE's
+    draft is a decoder layer that reuses the target's output head; DeepSeek-V3's multi-token-prediction module is
+    one more block with a shared head."""
+    m = get_model(model)
+    head = m.vocab_size * m.hidden_size
+    body = m.active_params - m.table_params
+    return (body / m.num_layers + head) / (body + head)
 
 
 def speculation_breakeven_batch(dep: Deployment, context: float, alpha: float, k: int, draft_cost: float = 0.05,

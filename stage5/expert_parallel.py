@@ -25,9 +25,11 @@ Tensor parallelism splits heads, so each of ``n`` GPUs must hold every sequence'
 ``n`` times (:func:`stage5.cost.kv_replication`) and each GPU reads all of it for ``1/n`` of the heads. With
 data-parallel attention each GPU runs attention for its own sequences with every head, stores only their latents,
 and hands its tokens to the experts through the all-to-all. With all ``H`` heads on one GPU, one latent read
-serves ``H`` heads: FLOPs per byte of cache are ``2 H (d_k + d_v) / (b d_k)``, about ``2H / b`` (DeepSeek's
-FlashMLA write-up), which for DeepSeek-V3's 128 heads sits near the ridge of an H100: MLA decode attention is
-compute-bound where GQA's is firmly memory-bound.
+serves ``H`` heads: FLOPs per byte of cache are ``2 H (d_k + d_v) / (b d_k)``, about ``4H / b`` since ``d_v``
+is close to ``d_k`` (``2H`` in BF16; DeepSeek's FlashMLA write-up). For DeepSeek-V3's 128 heads in BF16 that is
+about 242, just below an H100's ridge (about 295 at its datasheet peak) and above an H200's (about 206), and above
+the ridge either chip has at the FLOP rate its kernels reach in practice: MLA decode attention is compute-bound in
+practice where GQA's is firmly memory-bound.
 """
 
 from __future__ import annotations

@@ -54,6 +54,8 @@ class SimInputs:
     concurrency: int = 64
     alpha: float = 0.7
     k: int = 0
+    draft_cost: float = 0.05  # a draft step's time over a target decode step's (chapter 7: ~0.03 for a one-layer head)
+    tree_width: int = 1  # candidates per node of the verified token tree; 1 verifies a chain (chapter 7)
     prefix_hit: float = 0.0
     price_per_gpu_hour: float = cost.DEFAULT_PRICE_PER_GPU_HOUR
     objective: str = "cost"
@@ -104,6 +106,8 @@ def check_inputs(x: SimInputs, model: ModelConfig) -> None:
                          model.name)
     check.fraction(x.alpha, "alpha")
     check.non_negative_int(x.k, "k (drafted tokens)", maximum=64)
+    check.fraction(x.draft_cost, "draft_cost (a draft step's time over a target step's)")
+    check.positive_int(x.tree_width, "tree_width (candidates per node of the verified tree)", maximum=4)
     check.fraction(x.prefix_hit, "prefix_hit")
     check.positive(x.price_per_gpu_hour, "price_per_gpu_hour")
     check.choice(x.objective, "objective", levers.OBJECTIVES)
@@ -147,7 +151,8 @@ def _simulate(x: SimInputs) -> SimOutputs:
     diag = levers.diagnose_reference(model, x.gpu, int(x.num_gpus), p, o, c, x.objective, weights=x.weights,
                                      kv=x.kv, prefix_hit=hit, alpha=x.alpha, k=int(x.k),
                                      price_per_gpu_hour=x.price_per_gpu_hour, estimate=dep.estimate)
-    speed = float(cost.speculative_speedup(dep, c, ctx, x.alpha, x.k)) if x.k > 0 else 1.0
+    speed = (float(cost.speculative_speedup(dep, c, ctx, x.alpha, x.k, x.draft_cost, x.tree_width)) if x.k > 0
+             else 1.0)
     tpot = float(cost.mixed_tpot_s(dep, c, p, o, hit)) / speed  # the cached prefix is not prefilled
     if dep.estimate is not None and dep.estimate.mixed_step:
         # Every decode step carries the other requests' prefill chunks (cost.mixed_tpot_s), so prefill time is
@@ -251,6 +256,8 @@ class Simulator:
             "concurrency": box(w.BoundedIntText, x.concurrency, "concurrency", min=1, max=1_000_000),
             "alpha": box(w.FloatSlider, x.alpha, "speculative α", min=0.0, max=1.0, step=0.05),
             "k": box(w.IntSlider, x.k, "drafted k (0 = off)", min=0, max=12),
+            "draft_cost": box(w.FloatSlider, x.draft_cost, "draft step / target step", min=0.0, max=0.5, step=0.01),
+            "tree_width": box(w.IntSlider, x.tree_width, "tree width (1 = chain)", min=1, max=4),
             "prefix_hit": box(w.FloatSlider, x.prefix_hit, "prefix-hit fraction", min=0.0, max=1.0, step=0.05),
             "price_per_gpu_hour": box(w.BoundedFloatText, x.price_per_gpu_hour, "$ per GPU-hour", min=0.01,
                                       max=1000.0),

@@ -66,8 +66,8 @@ def plot_data(inputs, outputs) -> PlotData:
     batch = _batch_axis(1.5 * max(wall, c))
     tpot = np.asarray(cost.tpot_s(dep, batch, ctx), dtype=float)
     k = int(x.k)  # k = 0: speculation off, nothing to draw (and no answer to a prediction given away)
-    spec = (np.asarray(cost.speculative_speedup(dep, batch, ctx, x.alpha, k), dtype=float) if k > 0
-            else np.full(batch.shape, np.nan))
+    spec = (np.asarray(cost.speculative_speedup(dep, batch, ctx, x.alpha, k, x.draft_cost, x.tree_width), dtype=float)
+            if k > 0 else np.full(batch.shape, np.nan))
     below = np.flatnonzero(spec < 1)
     return PlotData(
         gpu=dep.gpu.name, peak_tflops=dep.gpu.flops(dep.weight_bytes) / 1e12,
@@ -93,7 +93,8 @@ def lever_bars(dep: cost.Deployment, x, outputs) -> dict[str, tuple[float, float
     target = max(c, levers.max_batch_within_slo(dep, ctx, outputs.max_concurrency, levers.DEFAULT_TPOT_SLO_S))
     quant = deployment(dep.model, x.gpu, int(x.num_gpus), "fp8" if dep.weight_bytes > 1 else x.weights,
                        "fp8" if dep.kv_bytes > 1 else x.kv)
-    speed = float(cost.speculative_speedup(dep, c, ctx, x.alpha, int(x.k))) if x.k > 0 else 1.0
+    speed = (float(cost.speculative_speedup(dep, c, ctx, x.alpha, int(x.k), x.draft_cost, x.tree_width)) if x.k > 0
+             else 1.0)
     hit = outputs.fleet_hit  # the prefix hit the fleet's routing keeps (x.prefix_hit on one replica)
     return {"no lever": dollars(dep, c), "batching": dollars(dep, target), "prefix cache": dollars(dep, c, hit),
             "FP8 w+KV": dollars(quant, c), "speculation": dollars(dep, c, speed=speed)}

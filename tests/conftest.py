@@ -26,7 +26,7 @@ if os.environ.get("CI"):
 # `make test` runs two workers (pytest -n 2). xdist's own grouping (--dist loadgroup) reads item._nodeid, which
 # pytest 9 no longer uses, so the course names its units here: the files that read the one book build run on one
 # worker (the book is built once), and every other file stays whole (a module's graded class is set up once).
-BOOK_FILES = ("tests/test_book.py", "tests/test_book_robustness.py", "tests/test_predictions.py",
+BOOK_FILES = ("tests/test_book.py", "tests/test_book_robustness.py", "tests/test_predictions.py", "tests/test_formulas.py",
               "tests/test_mode_meanings.py")
 # Longest units first, so neither worker is left with one at the end (a scheduling hint; any order is correct).
 LONG_FIRST = ("book", "tests/test_grading_ex02.py", "tests/test_grading_load.py", "tests/test_grading_ex03.py",

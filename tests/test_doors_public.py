@@ -110,6 +110,8 @@ CATALOGUE = {
     "cost.request_gpu_seconds": (cost.request_gpu_seconds, {"dep": DEP, "prompt_tokens": 1024, "output_tokens": 128,
                                                             "batch": 1, "prefix_hit": 0.0}),
     "cost.expected_tokens_per_verification": (cost.expected_tokens_per_verification, {"alpha": 0.7, "k": 4}),
+    "cost.tree_verification": (cost.tree_verification, {"alpha": 0.7, "depth": 4, "width": 2}),
+    "cost.one_layer_draft_cost": (cost.one_layer_draft_cost, {"model": "llama3-70b"}),
     "cost.speculative_speedup": (cost.speculative_speedup, {"dep": DEP, "batch": 4, "context": 1024, "alpha": 0.7,
                                                             "k": 4, "draft_cost": 0.05}),
     "cost.speculation_breakeven_batch": (cost.speculation_breakeven_batch, {"dep": DEP, "context": 1024,
@@ -205,6 +207,7 @@ CATALOGUE = {
     "claims.bound_at_batch_one": (claims.bound_at_batch_one, {"memory_share": 0.8, "threshold": 0.7}),
     "claims.describe_stall_reach": (claims.describe_stall_reach, {"share": 0.2, "percentile": 99}),
     "claims.describe_share": (claims.describe_share, {"shares": [0.8, 0.9], "threshold": 0.7}),
+    "claims.describe_tail": (claims.describe_tail, {"count": 40, "percentile": 99}),
     # ---------------------------------------------------------------- the torch model and the workload builders
     "engine.model.probs": (tm.probs, {"logits": LOGITS, "temperature": 0.8}),
     "engine.model.sample": (tm.sample, {"logits": LOGITS, "temperature": 0.8}),

@@ -232,3 +232,27 @@ def test_cli_calibrate_and_bench_roofline_json(tmp_path, monkeypatch, capsys):
     assert main(["bench", "roofline", "--rounds", "1", "--json"]) == 0
     report = json.loads(capsys.readouterr().out)
     assert tuple(report) == KEYS and report["ratio"] == pytest.approx([1.25] * 6)
+
+
+def test_the_predicted_trend_has_a_branch_for_each_shape():
+    """Chapter 7's sentence about the prediction: the collapse (with its break-even), a gain that stays above 1, a
+    speedup that does not fall with the batch, and no gain at all (one build predicted 0.87x rising to 0.99x and the
+    page still said "predicts the collapse ... from about batch 1")."""
+    batches = [1, 4, 16, 64]
+    measured = [1.0, 1.0, 1.0, 1.0]
+    words = {name: describe_spec(batches, measured, values)["predicted_trend"] for name, values in (
+        ("collapse", [1.5, 1.2, 0.9, 0.7]), ("stays", [1.6, 1.4, 1.2, 1.1]), ("flat", [1.3, 1.3, 1.35, 1.4]),
+        ("never_rising", [0.87, 0.9, 0.95, 0.99]), ("never_falling", [0.95, 0.9, 0.8, 0.7]))}
+    assert words["collapse"].startswith("predicts the collapse") and "from about batch 16" in words["collapse"]
+    assert "stays above 1" in words["stays"] and "does not fall" in words["flat"]
+    assert "no clear gain" in words["never_rising"] and "does not fall" in words["never_rising"]
+    assert "no clear gain" in words["never_falling"] and "does not fall" not in words["never_falling"]
+    assert all("collapse:" not in w for k, w in words.items() if k != "collapse")
+    # the finer curve, when given, places the break-even
+    fine = describe_spec(batches, measured, [1.5, 1.2, 0.9, 0.7],
+                         curve=(list(range(1, 65)), [max(0.2, 1.5 - 0.05 * b) for b in range(1, 65)]))
+    assert "from about batch 11" in fine["predicted_trend"]
+    # the verdict follows both series
+    neither = describe_spec(batches, [0.9, 0.95, 0.97, 1.0], [0.87, 0.9, 0.95, 0.99])["verdict"]
+    expected = describe_spec(batches, [1.2, 1.2, 1.2, 1.2], [1.5, 1.2, 0.9, 0.7])["verdict"]
+    assert neither.startswith("neither") and expected.startswith("this build did not show the collapse")

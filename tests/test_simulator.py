@@ -125,3 +125,18 @@ def test_a_kv_tier_adds_its_reload_to_ttft_and_never_more_than_recomputing():
 def test_bad_fleet_inputs_are_refused(field, value):
     out = simulate(SimInputs(**{field: value}))
     assert not out.ok and field in out.error
+
+
+def test_speculation_takes_the_draft_cost_and_the_tree_width():
+    """Chapter 7's engine-shaped speculation in the simulator: a cheaper draft gains more at a small batch, a token
+    tree gains more at batch 1 and less on a full server, and a width the cost model does not price is refused."""
+    def speed(**kw):
+        out = simulate(SimInputs(k=4, alpha=0.7, **kw))
+        assert out.ok, out.error
+        return out.spec_speedup
+
+    assert speed(concurrency=1, draft_cost=0.0) > speed(concurrency=1) > speed(concurrency=1, draft_cost=0.3)
+    assert speed(concurrency=1, tree_width=2) > speed(concurrency=1)
+    assert speed(concurrency=256, tree_width=2) < speed(concurrency=256)
+    refused = simulate(SimInputs(k=4, tree_width=9))
+    assert not refused.ok and "tree_width" in refused.error

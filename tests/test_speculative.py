@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import math
 from dataclasses import replace
 
 import pytest
@@ -345,3 +346,36 @@ def test_the_clearing_tests_q6_answer_agrees_with_the_cost_model():
     assert f"past about {round(edge, -2):,.0f} tokens it never comes" in scheme and 4096 < edge < 16384
     ceiling = 2 * dep.model.active_params / (4096 * dep.kv_bytes_per_token)
     assert f"ceiling ~{ceiling:.0f} FLOPs per byte, under the ridge" in scheme and ceiling < dep.flops / dep.bandwidth
+
+
+def test_tree_verification_is_the_chain_at_width_one_and_a_full_tree_above():
+    from stage5.cost import expected_tokens_per_verification, tree_verification
+
+    tokens, scored = tree_verification(0.7, 4, 1)
+    assert float(scored) == 5 and float(tokens) == float(expected_tokens_per_verification(0.7, 4))
+    tokens2, scored2 = tree_verification(0.7, 4, 2)
+    assert float(scored2) == 31  # 1 + 2 + 4 + 8 + 16 positions
+    assert math.isclose(float(tokens2), float(expected_tokens_per_verification(1 - 0.3**2, 4)))
+    assert float(tokens2) > float(tokens)  # more accepted per round, for six times the positions scored
+
+
+def test_a_tree_wins_at_batch_one_and_loses_first_on_a_busy_server():
+    from stage5 import cost
+
+    dep = cost.Deployment.of("llama3-70b", "H100-SXM", 4)
+    chain_1, tree_1 = (float(cost.speculative_speedup(dep, 1, 1280, 0.7, 4, tree_width=w)) for w in (1, 2))
+    chain_b, tree_b = (float(cost.speculative_speedup(dep, 128, 1280, 0.7, 4, tree_width=w)) for w in (1, 2))
+    assert tree_1 > chain_1 > 1 and tree_b < chain_b
+    # width 1 is the formula the chapter derives: tokens x plain step / (verify k + 1 + k draft steps)
+    plain = cost.decode_step(dep, 64, 1280).time_s
+    verify = cost.decode_step(dep, 64, 1280, tokens_per_seq=5).time_s
+    want = float(cost.expected_tokens_per_verification(0.7, 4)) * plain / (verify + 4 * 0.05 * plain)
+    assert math.isclose(float(cost.speculative_speedup(dep, 64, 1280, 0.7, 4)), want)
+
+
+def test_a_one_layer_draft_costs_its_layer_and_the_head():
+    from stage5 import cost
+
+    big, small = cost.one_layer_draft_cost("llama3-70b"), cost.one_layer_draft_cost("llama3-8b")
+    assert 0.02 < big < 0.04  # one of 80 layers plus a 128K-row head, against 70B parameters
+    assert small > big  # fewer layers, and the same head is a larger share of a smaller model
