@@ -144,10 +144,11 @@ def test_bibliography_has_the_required_papers():
 def test_launch_buttons_come_from_one_repository_url():
     cfg = _config()
     settings = sync_settings.load()
-    assert cfg["repository"]["url"] == settings.repo_url and settings.repo_url.startswith("https://github.com/")
+    assert cfg["repository"]["url"] == (settings.repo_url if settings.published else "")
+    assert settings.repo_url.startswith("https://github.com/")
     buttons = cfg["launch_buttons"]
-    for key in ("colab_url", "binderhub_url"):
-        assert buttons.get(key), key
+    for key in ("colab_url", "binderhub_url"):  # on once published; off while the links would be dead
+        assert bool(buttons.get(key)) == settings.published, key
     # the JupyterHub button is course.toml's hub, or off (empty) until a course sets one: never a placeholder
     assert buttons["jupyterhub_url"] == settings.jupyterhub_url
     assert cfg["execute"]["execute_notebooks"] == "cache" and cfg["execute"]["timeout"] > 0
@@ -194,7 +195,8 @@ def test_exercises_page_links_the_released_notebooks(built_book):
     assert not [h for h in hrefs if "solutions" in h], "the exercises page links a solution"
     for name in sync_settings.ASSIGNMENTS:
         path = f"exercises/{name}/{name}.ipynb"
-        assert settings.colab_url(path) in hrefs and settings.binder_url(path).replace("&", "&amp;") in page
+        linked = settings.colab_url(path) in hrefs and settings.binder_url(path).replace("&", "&amp;") in page
+        assert linked == settings.published, f"{name}: Colab/Binder links {'missing' if linked else 'present'}"
         download = [h for h in hrefs if h.startswith("../_downloads/") and h.endswith(f"/{name}.ipynb")]
         assert len(download) == 1, f"no download link for {name}"
         served = (html / "book" / download[0]).resolve()
@@ -386,10 +388,32 @@ def test_no_error_output(browser_report, page_name):
 @pytest.mark.parametrize("name", CHAPTERS)
 def test_colab_button_points_at_the_chapter_notebook(browser_report, name):
     cfg = _config()
+    if not sync_settings.load().published:  # no launch button until the repository is public
+        assert browser_report[name]["colab"] == []
+        return
     owner_repo = cfg["repository"]["url"].removeprefix("https://github.com/").rstrip("/")
     branch = cfg["repository"].get("branch", "main")
     expected = f"{cfg['launch_buttons']['colab_url']}/github/{owner_repo}/blob/{branch}/book/{name}.ipynb"
     assert expected in browser_report[name]["colab"], browser_report[name]["colab"]
+
+
+def test_an_unpublished_repository_is_never_linked(built_book):
+    """Until course.toml says the repository is published, no page of the built site links to it, to Colab or
+    to Binder (those links would be dead). Its address may appear only as the wheel address in the setup
+    cells' code, which then fails with its one-line message."""
+    settings = sync_settings.load()
+    if settings.published:
+        pytest.skip("course.toml: the repository is published, so its links are wanted")
+    html, _ = built_book
+    pages = sorted(html.rglob("*.html"))
+    assert len(pages) >= len(PAGES)
+    for path in pages:
+        text = path.read_text(errors="replace")
+        links = re.findall(r'(?:href|src|action)="([^"]*)"', text)
+        dead = [h for h in links if settings.owner_repo in h or "colab.research" in h or "mybinder" in h]
+        assert not dead, f"{path.relative_to(html)} links {dead}"
+        assert text.count(settings.owner_repo) == text.count(settings.wheel_url), (
+            f"{path.relative_to(html)} names {settings.owner_repo} outside the setup cell's wheel address")
 
 
 def test_chromium_available_or_reason_given():

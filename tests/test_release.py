@@ -60,10 +60,47 @@ def test_only_notebooks_that_run_torch_install_it():
 def test_launch_settings_in_config_come_from_course_toml():
     yaml = pytest.importorskip("yaml")
     cfg = yaml.safe_load((ROOT / "_config.yml").read_text())
-    assert cfg["repository"]["url"] == SETTINGS.repo_url
+    assert cfg["repository"]["url"] == (SETTINGS.repo_url if SETTINGS.published else "")
     assert cfg["repository"]["branch"] == SETTINGS.branch
     assert cfg["launch_buttons"]["jupyterhub_url"] == SETTINGS.jupyterhub_url
     assert "example.org" not in (ROOT / "_config.yml").read_text()
+
+
+def test_an_unpublished_repository_gets_no_button_and_no_link():
+    """Until course.toml says the repository is published, its address (and Colab's, Binder's) must not reach
+    the book's configuration or the exercises page: every such link would be dead. The page says how to run
+    the notebooks locally instead."""
+    yaml = pytest.importorskip("yaml")
+    draft = sync.Settings(SETTINGS.repo_url, "main", "2.3.4", "", published=False)
+    cfg = yaml.safe_load(sync.render_config((ROOT / "_config.yml").read_text(), draft))
+    buttons = cfg["launch_buttons"]
+    assert cfg["repository"]["url"] == "" and not any(buttons[k] for k in ("colab_url", "binderhub_url",
+                                                                           "jupyterhub_url"))
+    assert cfg["html"]["use_repository_button"] is False and cfg["html"]["use_issues_button"] is False
+    page = sync.render_exercises_page(draft)
+    for address in (SETTINGS.repo_url, SETTINGS.owner_repo, "colab.research", "mybinder"):
+        assert address not in page
+    assert "make lab" in page and "my-work/" in page and page.count("{download}") == len(sync.ASSIGNMENTS)
+    if not SETTINGS.published:  # and what is committed now says the same
+        assert SETTINGS.repo_url not in (ROOT / "_config.yml").read_text()
+        assert SETTINGS.owner_repo not in (ROOT / "book" / "exercises.md").read_text()
+    published = sync.Settings(SETTINGS.repo_url, "main", "2.3.4", "", published=True)
+    cfg = yaml.safe_load(sync.render_config((ROOT / "_config.yml").read_text(), published))
+    assert cfg["repository"]["url"] == SETTINGS.repo_url and cfg["html"]["use_repository_button"] is True
+    assert cfg["launch_buttons"]["colab_url"] == sync.COLAB and cfg["launch_buttons"]["binderhub_url"] == sync.BINDER
+
+
+@pytest.mark.parametrize("published, hub, words", [
+    ('"yes"', "", "neither true"),
+    ("false", "https://hub.uni.edu", "set published = true"),
+])
+def test_bad_publication_settings_are_refused(tmp_path, published, hub, words):
+    text = (ROOT / "course.toml").read_text()
+    text = re.sub(r"^published = \S+", f"published = {published}", text, count=1, flags=re.M)
+    text = re.sub(r'^jupyterhub_url = "[^"]*"', f'jupyterhub_url = "{hub}"', text, count=1, flags=re.M)
+    (tmp_path / "course.toml").write_text(text)
+    with pytest.raises(ValueError, match=re.escape(words)):
+        sync.load(tmp_path / "course.toml")
 
 
 def test_changing_the_setting_changes_every_address(tmp_path):
