@@ -86,9 +86,13 @@ dist: book
 
 # Learners get a lab without the instructor tools, instructors one with Formgrader and its exchange; each
 # reads its own config folder (hub/lab_profiles.py), so nothing global changes.
+# A learner's lab opens their working copy (WORK, default my-work/, ignored by git): the release and the chapters
+# are copied there once (hub/learner_copy.py), so a saved answer never edits exercises/ and git status stays clean.
+WORK ?= my-work
 lab: $(STAMP)
 	$(PY) hub/lab_profiles.py learner .jupyter/learner
-	JUPYTER_CONFIG_DIR=.jupyter/learner $(VENV)/bin/jupyter lab --allow-root
+	$(PY) hub/learner_copy.py "$(WORK)"
+	JUPYTER_CONFIG_DIR=.jupyter/learner $(VENV)/bin/jupyter lab --allow-root --ServerApp.root_dir="$(WORK)"
 
 lab-instructor: $(STAMP)
 	$(PY) hub/lab_profiles.py instructor .jupyter/instructor
