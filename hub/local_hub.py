@@ -50,7 +50,7 @@ from lab_profiles import write_profile  # noqa: E402
 from nbgrader_setup import COURSE_ID, EXCHANGE_ENV  # noqa: E402
 
 PROXY = HERE / "node_modules" / ".bin" / "configurable-http-proxy"  # `npm ci --prefix hub` (hub/package.json)
-COURSE_FILES = ("nbgrader_config.py", "solutions", "exercises")
+COURSE_FILES = ("nbgrader_config.py", "solutions", "exercises", "assets/vendor/mathjax")  # mathjax: feedback_page.py
 
 
 @dataclass
