@@ -97,3 +97,26 @@ def configure(c) -> None:
     c.FeedbackExporter.extra_template_basedirs = [str(COURSE_TEMPLATES), str(NBGRADER_TEMPLATES)]
     # "feedback/index.html.j2" (what the course's template extends) and bootstrap.min.css (what it inlines)
     c.FeedbackExporter.extra_template_paths = [str(NBGRADER_TEMPLATES), str(BOOTSTRAP_CSS)]
+
+
+def invalid_page(assignment: str, source: str, reasons: list[str]) -> str:
+    """The feedback page of a submission that could not be graded: what was handed in, why it was refused, what to
+    do. Every piece of it that came from the learner (the file name, text quoted in a reason) is escaped: inert."""
+    import html
+
+    why = "".join(f"<li>{html.escape(r)}</li>" for r in reasons) or "<li>it could not be read</li>"
+    return f"""<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8"><title>{html.escape(assignment)}: not graded</title>
+<style>body {{ font-family: sans-serif; max-width: 46em; margin: 2em auto; padding: 0 1em; line-height: 1.5; }}
+li {{ overflow-wrap: anywhere; }}</style></head>
+<body>
+<h1>{html.escape(assignment)}: your submission could not be graded</h1>
+<p>The file you handed in, <code>{html.escape(source or "(no name)")}</code>, is recorded with a score of 0 because the
+grader could not read it as this assignment's notebook:</p>
+<ul>{why}</ul>
+<p>What to do: hand in again the <code>.ipynb</code> file you worked in, as Jupyter saved it (in JupyterLab,
+<em>File &rarr; Download</em>), not renamed from another format, not edited outside Jupyter and complete. Run
+<em>Validate</em> on it first if your Jupyter has the button. If it still fails, send this page to your
+instructor.</p>
+</body></html>
+"""
