@@ -188,11 +188,13 @@ class Course:
                     known = gb.find_student(r.student)
                 except MissingEntry:
                     known = None
+                # no e-mail yet: "" (Formgrader prints a missing one as "None"); one typed in Formgrader is kept
+                email = {} if known is not None and known.email is not None else {"email": ""}
                 if learner:
                     gb.update_or_create_student(r.student, first_name=learner.first_name,
-                                                last_name=learner.last_name)
+                                                last_name=learner.last_name, **email)
                 elif known is None or (known.first_name is None and known.last_name is None):
-                    gb.update_or_create_student(r.student, first_name="", last_name=r.student)
+                    gb.update_or_create_student(r.student, first_name="", last_name=r.student, **email)
         return results
 
     def _record(self, student: str, assignment: str) -> Path:

@@ -296,7 +296,7 @@ def add_learners(site: HubSite, course: Path) -> None:
     db_url = make_config(course / "grader", course).CourseDirectory.db_url
     with Gradebook(db_url) as gb:
         for name in site.learner_names:
-            gb.update_or_create_student(name, first_name="", last_name=name)
+            gb.update_or_create_student(name, first_name="", last_name=name, email="")  # not "None" in Formgrader
 
 
 def prepare_configs(site: HubSite) -> None:
