@@ -416,6 +416,48 @@ def test_an_unpublished_repository_is_never_linked(built_book):
             f"{path.relative_to(html)} names {settings.owner_repo} outside the setup cell's wheel address")
 
 
+# At a phone's width: each display equation's right edge and width, each slider's content and box widths
+NARROW = """async () => {
+  if (window.MathJax && MathJax.startup) { await MathJax.startup.promise; }
+  for (let i = 0; i < 50 && document.querySelector('script[type="application/vnd.jupyter.widget-view+json"]')
+       && !document.querySelector('.widget-slider'); i++) { await new Promise(r => setTimeout(r, 200)); }
+  return {page: document.documentElement.scrollWidth,
+          equations: [...document.querySelectorAll('mjx-container[display="true"]')]
+            .map(e => [e.getBoundingClientRect().right, e.clientWidth]),
+          sliders: [...document.querySelectorAll('.widget-slider')].map(e => [e.scrollWidth, e.clientWidth])};
+}"""
+
+
+def test_a_phone_screen_fits_the_widest_pages(built_book, tmp_path):
+    """At 390 px (a phone), chapter 13's wide equations scroll inside their own box (assets/stage5.css) and the
+    simulator's controls wrap into one column with each slider's content inside its box: nothing pushes the page
+    sideways."""
+    sync_playwright = _chromium_or_skip()
+    html, _ = built_book
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(_Quiet, directory=str(html)))
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    base, seen = f"http://127.0.0.1:{server.server_address[1]}", {}
+    try:
+        with sync_playwright() as p:
+            ctx = p.chromium.launch_persistent_context(str(tmp_path / "profile"), executable_path=str(CHROMIUM),
+                                                       args=CHROMIUM_FLAGS, headless=True,
+                                                       viewport={"width": 390, "height": 844})
+            ctx.route(re.compile(r"^(?!http://127\.0\.0\.1).*"), lambda route: route.abort())
+            for name in ("13_serving_fleet", "10_simulator"):
+                page = ctx.new_page()
+                page.goto(f"{base}/book/{name}.html", wait_until="load")
+                seen[name] = page.evaluate(NARROW)
+                page.close()
+            ctx.close()
+    finally:
+        server.shutdown()
+    for name, m in seen.items():
+        assert m["page"] <= 390, f"{name} is {m['page']} px wide at 390 px: {m}"
+        assert all(right <= 390 and width <= 390 for right, width in m["equations"]), f"{name}: {m['equations']}"
+        assert all(content <= box + 1 for content, box in m["sliders"]), f"{name}: sliders {m['sliders']}"
+    assert seen["13_serving_fleet"]["equations"] and seen["10_simulator"]["sliders"], seen
+
+
 def test_chromium_available_or_reason_given():
     """Not a check of the book: records in the test report why browser checks would skip."""
     if not CHROMIUM.exists():
