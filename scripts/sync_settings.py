@@ -129,8 +129,9 @@ STAGE5_PIP_CAUSES = [
 ]
 
 
-def stage5_pip_install(what, *args):
-    """pip install quietly; on failure stop this notebook with one line that says why and what to do."""
+def stage5_pip_install(what, *args, expect="about 15 s on Colab"):
+    """pip install quietly, with a line every 20 s while it runs; on failure stop this notebook with one line that
+    says why and what to do."""
     import os as stage5_os  # named apart, so they never clash with the notebook's own imports
     import re as stage5_re
     import time as stage5_time
@@ -138,10 +139,17 @@ def stage5_pip_install(what, *args):
     # Jupyter kernels set FORCE_COLOR and CLICOLOR_FORCE, which make pip colour its errors: switch colour off.
     env = {{k: v for k, v in stage5_os.environ.items() if k not in ("FORCE_COLOR", "CLICOLOR_FORCE", "PY_COLORS")}}
     env.update(NO_COLOR="1", TERM="dumb")
-    print(f"installing {{what}} and its dependencies (about 15 s on Colab) ...", flush=True)
+    print(f"installing {{what}} and its dependencies ({{expect}}) ...", flush=True)
     start = stage5_time.monotonic()
-    done = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-color", "--disable-pip-version-check",
-                           *args], capture_output=True, text=True, env=env)
+    proc = subprocess.Popen([sys.executable, "-m", "pip", "install", "-q", "--no-color", "--disable-pip-version-check",
+                             *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    while True:  # communicate() may be retried after a timeout without losing output
+        try:
+            out, err = proc.communicate(timeout=20)
+            break
+        except subprocess.TimeoutExpired:
+            print(f"  ... still installing {{what}} ({{stage5_time.monotonic() - start:.0f}} s)", flush=True)
+    done = subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
     if done.returncode == 0:
         importlib.invalidate_caches()
         print(f"installed {{what}} in {{stage5_time.monotonic() - start:.0f}} s", flush=True)
@@ -175,7 +183,8 @@ def engine_block() -> str:
     """Added after the setup block in notebooks that run torch: PyTorch's CPU build, never a CUDA download."""
     return f'''# The toy engine needs torch (Colab has it). Elsewhere this installs PyTorch's CPU build: no CUDA download.
 if importlib.util.find_spec("torch") is None:
-    stage5_pip_install("torch (CPU build)", "torch>=2.2", "--index-url", "{TORCH_CPU_INDEX}")
+    stage5_pip_install("torch (CPU build)", "torch>=2.2", "--index-url", "{TORCH_CPU_INDEX}",
+                       expect="about 200 MB to download: a minute or more")
 {END_ENGINE}'''
 
 

@@ -167,6 +167,37 @@ def test_a_failed_install_prints_one_line_and_stops_every_later_cell(tmp_path):
     assert "Traceback" not in proc.stdout and "NameError" not in proc.stdout
 
 
+def test_a_long_install_says_it_is_still_running(capsys):
+    """The setup cell's pip run prints a line every 20 s while it lasts (torch's CPU build off Colab took 130 s of
+    silence), and the torch notebooks say what to expect, not Colab's 15 s."""
+    import subprocess as real
+    import types
+
+    ns: dict = {"__name__": "setup_cell"}
+    exec(sync.setup_block(SETTINGS).replace('if importlib.util.find_spec("stage5") is None:', "if False:"), ns)
+
+    class SlowPip:  # a pip that has not finished at the first two 20 s waits, then succeeds
+        args, returncode, waits = ["pip"], 0, []
+
+        def __init__(self, *a, **kw):
+            pass
+
+        def communicate(self, timeout=None):
+            SlowPip.waits.append(timeout)
+            if len(SlowPip.waits) <= 2:
+                raise real.TimeoutExpired("pip", timeout)
+            return "", ""
+
+    ns["subprocess"] = types.SimpleNamespace(Popen=SlowPip, PIPE=real.PIPE, TimeoutExpired=real.TimeoutExpired,
+                                             CompletedProcess=real.CompletedProcess)
+    ns["stage5_pip_install"]("torch (CPU build)", "torch", expect="about 200 MB to download: a minute or more")
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == "installing torch (CPU build) and its dependencies (about 200 MB to download: a minute or more) ..."
+    assert [line.split("(")[0] for line in lines[1:3]] == ["  ... still installing torch "] * 2, lines
+    assert lines[3].startswith("installed torch (CPU build) in") and SlowPip.waits == [20, 20, 20]
+    assert 'expect="about 200 MB to download: a minute or more"' in sync.engine_block()
+
+
 # ------------------------------------------------------------------------------------------ the release steps
 @pytest.fixture(scope="module")
 def dist(tmp_path_factory) -> Path:
