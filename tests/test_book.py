@@ -88,8 +88,9 @@ def test_first_code_cell_installs_stage5_from_the_configured_repository(name):
     assert 'find_spec("stage5") is None' in first, "the setup cell must install stage5 only when missing"
     settings = sync_settings.load()
     assert first.startswith(sync_settings.setup_block(settings)), "the setup cell is not the generated one"
-    assert settings.wheel_url.startswith(_config()["repository"]["url"] + "/releases/download/"), (
-        "the setup cell's release must come from repository.url in _config.yml")
+    # the release comes from course.toml's repository, which _config.yml names once it is published
+    assert settings.wheel_url.startswith(settings.repo_url + "/releases/download/")
+    assert _config()["repository"]["url"] == (settings.repo_url if settings.published else "")
 
 
 @pytest.mark.parametrize("name", CHAPTERS)
