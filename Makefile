@@ -13,9 +13,9 @@ $(PY):
 
 # Reinstall only when the dependency lists change.
 $(STAMP): requirements.txt requirements-book.txt pyproject.toml | $(PY)
-	@echo "==> installing requirements (first run takes a few minutes)"
+	@echo "==> installing requirements into $(VENV) (first run: a few minutes, about 1.6 GB; a line every 30 s)"
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -r requirements.txt
+	$(PY) scripts/with_progress.py "installing requirements" -- $(PY) -m pip install --quiet -r requirements.txt
 	$(PY) -m pip check
 	@touch $(STAMP)
 
@@ -31,7 +31,7 @@ $(HUB_STAMP): requirements-hub.txt hub/package.json hub/package-lock.json $(STAM
 # No --keep-going: a chapter that fails or times out stops the build, so no page is published with empty glue.
 book: $(STAMP)
 	@echo "==> building the book into _build/html (executing every chapter; warnings are errors)"
-	$(VENV)/bin/jupyter-book build . --warningiserror
+	$(PY) scripts/with_progress.py "building the book" -- $(VENV)/bin/jupyter-book build . --warningiserror
 	@echo "==> open _build/html/index.html"
 
 # The same build, from scratch (every chapter executed, this machine calibrated afresh), while three CPU-bound
@@ -86,9 +86,13 @@ dist: book
 
 # Learners get a lab without the instructor tools, instructors one with Formgrader and its exchange; each
 # reads its own config folder (hub/lab_profiles.py), so nothing global changes.
+# A learner's lab opens their working copy (WORK, default my-work/, ignored by git): the release and the chapters
+# are copied there once (hub/learner_copy.py), so a saved answer never edits exercises/ and git status stays clean.
+WORK ?= my-work
 lab: $(STAMP)
 	$(PY) hub/lab_profiles.py learner .jupyter/learner
-	JUPYTER_CONFIG_DIR=.jupyter/learner $(VENV)/bin/jupyter lab --allow-root
+	$(PY) hub/learner_copy.py "$(WORK)"
+	JUPYTER_CONFIG_DIR=.jupyter/learner $(VENV)/bin/jupyter lab --allow-root --ServerApp.root_dir="$(WORK)"
 
 lab-instructor: $(STAMP)
 	$(PY) hub/lab_profiles.py instructor .jupyter/instructor

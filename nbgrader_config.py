@@ -8,3 +8,7 @@ from nbgrader_setup import make_config  # noqa: E402
 
 c = get_config()  # noqa: F821
 c.merge(make_config())
+
+import cli_messages  # noqa: E402
+
+cli_messages.install()  # `nbgrader validate` on an unreadable file: one line saying why, not a traceback

@@ -11,17 +11,27 @@ an automatic nor a manual score exists), so a learner reads points they have not
   counts them apart. Once an instructor enters a mark, the cell shows it as nbgrader would.
 
 An answer left blank is not "to be marked": nbgrader scores it 0 automatically (its checksum is the release's).
+
+Maths on the feedback page and on Formgrader's grading page is typeset by the course's vendored MathJax, inlined
+(:func:`vendored_script`, ``templates/offline``): neither page asks a CDN for anything, so both work offline.
 """
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import nbgrader
+from markupsafe import Markup
 from nbconvert.exporters import HTMLExporter
 from nbgrader.preprocessors import GetGrades
 
 COURSE_TEMPLATES = Path(__file__).resolve().parent / "templates"
+# A Jupyter data folder whose nbconvert/templates/base/mathjax.html.j2 replaces nbconvert's CDN MathJax macro.
+OFFLINE_TEMPLATES = COURSE_TEMPLATES / "offline"
+# The browser scripts the book ships (scripts/vendor_assets.py pins them); the hub's course copy carries mathjax/.
+VENDOR = Path(__file__).resolve().parent.parent / "assets" / "vendor"
+VENDORED_SCRIPTS = ("mathjax/tex-svg-full.js",)
 TEMPLATE_NAME = "stage5_feedback"
 # nbgrader's own templates and the stylesheet its feedback page inlines (as GenerateFeedback sets them up)
 NBGRADER_TEMPLATES = Path(nbgrader.__file__).resolve().parent / "server_extensions" / "formgrader" / "templates"
@@ -53,10 +63,60 @@ class FeedbackExporter(HTMLExporter):
     API (Formgrader's "generate feedback" button included) sets for every feedback run."""
 
 
+def vendored_script(name: str) -> Markup:
+    """The text of a vendored script, to inline in a ``<script>`` element (a Jinja filter). Only the listed files;
+    one that could end the element early is refused rather than inlined. A missing copy gives no script."""
+    if name not in VENDORED_SCRIPTS:
+        raise ValueError(f"{name!r} is not a vendored script; known: {', '.join(VENDORED_SCRIPTS)}")
+    path = VENDOR / name
+    if not path.is_file():
+        return Markup("")
+    text = path.read_text(encoding="utf-8")
+    if "<script" in text.lower() or "</script" in text.lower():
+        raise ValueError(f"{path} contains a <script> tag: it cannot be inlined in a page")
+    return Markup(text)
+
+
+def serve_maths_offline() -> None:
+    """Put :data:`OFFLINE_TEMPLATES` first on ``JUPYTER_PATH`` in this process, so every HTML page nbconvert renders
+    here (nbgrader's feedback and Formgrader's ``formgrade`` templates call the ``mathjax`` macro) finds the
+    course's macro before nbconvert's. nbconvert reads the path when an exporter first renders; Formgrader's
+    exporter is built in the server that loaded the course's config, so the setting reaches it."""
+    paths = [p for p in os.environ.get("JUPYTER_PATH", "").split(os.pathsep) if p]
+    if str(OFFLINE_TEMPLATES) not in paths:
+        os.environ["JUPYTER_PATH"] = os.pathsep.join([str(OFFLINE_TEMPLATES), *paths])
+
+
 def configure(c) -> None:
-    """Point nbgrader's feedback step at :class:`FeedbackExporter` and the course's template."""
+    """Point nbgrader's feedback step at :class:`FeedbackExporter` and the course's template; serve MathJax from
+    the course's copy on every page nbgrader renders (feedback and Formgrader)."""
+    serve_maths_offline()
+    c.HTMLExporter.filters = {**c.HTMLExporter.get("filters", {}), "stage5_vendored_script": vendored_script}
     c.GenerateFeedback.exporter_class = FeedbackExporter
     c.FeedbackExporter.template_name = TEMPLATE_NAME
     c.FeedbackExporter.extra_template_basedirs = [str(COURSE_TEMPLATES), str(NBGRADER_TEMPLATES)]
     # "feedback/index.html.j2" (what the course's template extends) and bootstrap.min.css (what it inlines)
     c.FeedbackExporter.extra_template_paths = [str(NBGRADER_TEMPLATES), str(BOOTSTRAP_CSS)]
+
+
+def invalid_page(assignment: str, source: str, reasons: list[str]) -> str:
+    """The feedback page of a submission that could not be graded: what was handed in, why it was refused, what to
+    do. Every piece of it that came from the learner (the file name, text quoted in a reason) is escaped: inert."""
+    import html
+
+    why = "".join(f"<li>{html.escape(r)}</li>" for r in reasons) or "<li>it could not be read</li>"
+    return f"""<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8"><title>{html.escape(assignment)}: not graded</title>
+<style>body {{ font-family: sans-serif; max-width: 46em; margin: 2em auto; padding: 0 1em; line-height: 1.5; }}
+li {{ overflow-wrap: anywhere; }}</style></head>
+<body>
+<h1>{html.escape(assignment)}: your submission could not be graded</h1>
+<p>The file you handed in, <code>{html.escape(source or "(no name)")}</code>, is recorded with a score of 0 because the
+grader could not read it as this assignment's notebook:</p>
+<ul>{why}</ul>
+<p>What to do: hand in again the <code>.ipynb</code> file you worked in, as Jupyter saved it (in JupyterLab,
+<em>File &rarr; Download</em>), not renamed from another format, not edited outside Jupyter and complete. Run
+<em>Validate</em> on it first if your Jupyter has the button. If it still fails, send this page to your
+instructor.</p>
+</body></html>
+"""

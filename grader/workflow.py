@@ -24,6 +24,7 @@ from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+import failed_hints
 import intake
 from code_guard import CodeGuard
 from collect import (
@@ -33,6 +34,7 @@ from collect import (
     student_id,  # noqa: F401  (the id rule, imported from here by tests and tools)
     timestamp_text,
 )
+from feedback_page import invalid_page
 from intake import INVALID, RESTORED, InvalidSubmission, prepare  # noqa: F401 (RESTORED, for the tests)
 from nbgrader.api import Gradebook, MissingEntry
 from nbgrader.apps import NbGraderAPI
@@ -77,6 +79,7 @@ class Result:
     reused: bool = False  # graded by an earlier run, not this one
     review: list[str] = field(default_factory=list)  # cells for the instructor to read (grader/review.py); no score
     stopped: list[str] = field(default_factory=list)  # what the grader stopped or refused at its boundary
+    hints: list[str] = field(default_factory=list)  # why each failed check failed (grader/failed_hints.py), CSV only
 
     @property
     def out_of(self) -> float:
@@ -185,11 +188,13 @@ class Course:
                     known = gb.find_student(r.student)
                 except MissingEntry:
                     known = None
+                # no e-mail yet: "" (Formgrader prints a missing one as "None"); one typed in Formgrader is kept
+                email = {} if known is not None and known.email is not None else {"email": ""}
                 if learner:
                     gb.update_or_create_student(r.student, first_name=learner.first_name,
-                                                last_name=learner.last_name)
+                                                last_name=learner.last_name, **email)
                 elif known is None or (known.first_name is None and known.last_name is None):
-                    gb.update_or_create_student(r.student, first_name="", last_name=r.student)
+                    gb.update_or_create_student(r.student, first_name="", last_name=r.student, **email)
         return results
 
     def _record(self, student: str, assignment: str) -> Path:
@@ -310,9 +315,14 @@ class Course:
         return list(dict.fromkeys(notes)), list(dict.fromkeys(stopped))
 
     def feedback(self, results: list[Result]) -> None:
-        """Feedback for every graded learner, kept ones too: marks given by hand since the last run appear."""
+        """Feedback for every graded learner, kept ones too: marks given by hand since the last run appear. A
+        submission refused as invalid gets a page saying why and what to do (feedback_page.invalid_page)."""
         api = self.api()
         for r in results:
+            if r.status == "invalid":
+                page = self._feedback_path(r.student, r.assignment)
+                page.parent.mkdir(parents=True, exist_ok=True)
+                page.write_text(invalid_page(r.assignment, r.source, r.reasons), encoding="utf-8")
             if r.status != "ok":
                 continue
             out = api.generate_feedback(r.assignment, r.student, force=True)
@@ -337,7 +347,7 @@ class Course:
                                 if g.cell_type == "markdown"}
                 r.auto_max = r.max_score - sum(manual_cells.values())
                 r.manual_pending = sum(manual_cells.values())
-                r.failed = []
+                r.failed, r.hints = [], []
                 if r.status != "ok":
                     continue
                 try:
@@ -345,14 +355,21 @@ class Course:
                 except MissingEntry:
                     continue
                 r.score = sub.score
+                blank = []
                 for nb in sub.notebooks:
                     for grade in nb.grades:
                         if grade.cell.cell_type == "markdown":
-                            if grade.manual_score is not None:  # marked by hand already
+                            # pending only while nobody has scored it: nbgrader scores an answer left as released
+                            # 0 by itself, and Formgrader and the feedback page then count it 0 / N, so do we
+                            if grade.manual_score is not None or grade.auto_score is not None:
                                 r.manual_pending -= grade.max_score
+                            if grade.manual_score is None and grade.auto_score is not None:
+                                blank.append(f"{grade.name}: answer left as released, scored 0 without marking")
                             continue
                         if (grade.score or 0) < grade.max_score:
                             r.failed.append(grade.name)
+                r.hints = failed_hints.hints(Path(self.config.CourseDirectory.autograded_directory) / r.student
+                                             / r.assignment, r.failed) + blank
 
     def export(self, results: list[Result], out_dir: Path | None = None,
                assignment: str | None = None) -> tuple[Path, Path]:
@@ -374,7 +391,7 @@ class Course:
             for r in results:
                 score = "" if r.status in UNGRADED else f"{r.score:g}"  # not a 0: nothing was graded
                 w.writerow([r.student, r.assignment, score, f"{r.auto_max:g}", f"{r.manual_pending:g}",
-                            r.status, " ".join(r.failed), "; ".join(r.reasons), r.source, f"{r.seconds:.1f}",
+                            r.status, " ".join(r.failed), "; ".join(r.reasons + r.hints), r.source, f"{r.seconds:.1f}",
                             " | ".join(r.review)])
         return grades, summary
 

@@ -50,7 +50,7 @@ from lab_profiles import write_profile  # noqa: E402
 from nbgrader_setup import COURSE_ID, EXCHANGE_ENV  # noqa: E402
 
 PROXY = HERE / "node_modules" / ".bin" / "configurable-http-proxy"  # `npm ci --prefix hub` (hub/package.json)
-COURSE_FILES = ("nbgrader_config.py", "solutions", "exercises")
+COURSE_FILES = ("nbgrader_config.py", "solutions", "exercises", "assets/vendor/mathjax")  # mathjax: feedback_page.py
 
 
 @dataclass
@@ -296,7 +296,7 @@ def add_learners(site: HubSite, course: Path) -> None:
     db_url = make_config(course / "grader", course).CourseDirectory.db_url
     with Gradebook(db_url) as gb:
         for name in site.learner_names:
-            gb.update_or_create_student(name, first_name="", last_name=name)
+            gb.update_or_create_student(name, first_name="", last_name=name, email="")  # not "None" in Formgrader
 
 
 def prepare_configs(site: HubSite) -> None:
@@ -337,17 +337,27 @@ def start(site: HubSite, log_path: Path | None = None) -> subprocess.Popen:
     proc = subprocess.Popen([sys.executable, "-m", "jupyterhub", "-f", str(HERE / "jupyterhub_config.py")],
                             cwd=site.private_dir, env=env, stdout=out, stderr=subprocess.STDOUT if out else None,
                             start_new_session=True)
-    deadline = time.monotonic() + 120
+    start_s = time.monotonic()
+    deadline, said = start_s + 120, start_s
+    # Ask the hub itself first, then through the proxy: asked through the proxy before the hub has added its route,
+    # every probe was a red "[ConfigProxy] error: 404 GET /hub/api/" line on a healthy start.
+    probes = [f"http://127.0.0.1:{site.ports['hub_api']}/hub/api/", f"{site.url}/hub/api/"]
     try:
         while time.monotonic() < deadline:
             if proc.poll() is not None:
                 raise RuntimeError(f"jupyterhub exited with {proc.returncode}; see {log_path or 'its output'}")
             try:
-                with urllib.request.urlopen(f"{site.url}/hub/api/", timeout=5) as resp:
+                with urllib.request.urlopen(probes[0], timeout=5) as resp:
                     if resp.status == 200:
-                        return proc
+                        probes.pop(0)
+                        if not probes:
+                            return proc
+                        continue
             except (urllib.error.URLError, ConnectionError, TimeoutError):
                 pass
+            if time.monotonic() - said >= 15:
+                said = time.monotonic()
+                print(f"  ... still starting ({said - start_s:.0f} s)", flush=True)
             time.sleep(0.5)
     except BaseException:  # Ctrl-C or a service manager's SIGTERM while starting: leave nothing running
         stop(proc)
@@ -398,6 +408,8 @@ def main(argv: list[str] | None = None) -> int:
     stop_on_signals()
     proc = None
     try:  # Ctrl-C or a signal, at any point, stops the hub this started (start() cleans up its own half-start)
+        print("starting JupyterHub, its proxy and the Formgrader service (under a minute on a quiet machine; the "
+              "first start also creates the trial accounts) ...", flush=True)
         try:
             proc = start(site)
         except AccessError as err:

@@ -47,6 +47,7 @@ class Settings:
     branch: str
     version: str
     jupyterhub_url: str
+    published: bool = True  # False: the repository is not public yet, so nothing links to it
 
     @property
     def owner_repo(self) -> str:
@@ -74,8 +75,13 @@ class Settings:
 def load(path: Path = SETTINGS) -> Settings:
     """Read and check course.toml; a bad value is named with what is accepted."""
     data = tomllib.loads(path.read_text())
+    published = data["repository"].get("published")
+    if not isinstance(published, bool):
+        raise ValueError(f"{path.name}: repository.published {published!r} is neither true (the repository and its "
+                         "release are public: launch buttons and links on) nor false (no launch button, no link)")
     s = Settings(repo_url=data["repository"]["url"].rstrip("/"), branch=data["repository"]["branch"],
-                 version=data["release"]["version"], jupyterhub_url=data["launch"]["jupyterhub_url"].rstrip("/"))
+                 version=data["release"]["version"], jupyterhub_url=data["launch"]["jupyterhub_url"].rstrip("/"),
+                 published=published)
     if not re.fullmatch(r"https://github\.com/[\w.-]+/[\w.-]+", s.repo_url):
         raise ValueError(f"{path.name}: repository.url {s.repo_url!r} is not https://github.com/OWNER/REPO "
                          "(Colab and Binder open notebooks from GitHub only)")
@@ -84,6 +90,9 @@ def load(path: Path = SETTINGS) -> Settings:
     if s.jupyterhub_url and not s.jupyterhub_url.startswith("https://"):
         raise ValueError(f"{path.name}: launch.jupyterhub_url {s.jupyterhub_url!r} is neither empty (no button) "
                          "nor an https:// address")
+    if s.jupyterhub_url and not s.published:
+        raise ValueError(f"{path.name}: launch.jupyterhub_url is set but repository.published is false (the hub "
+                         "pulls each chapter from the repository): set published = true, or leave the hub empty")
     return s
 
 
@@ -120,8 +129,9 @@ STAGE5_PIP_CAUSES = [
 ]
 
 
-def stage5_pip_install(what, *args):
-    """pip install quietly; on failure stop this notebook with one line that says why and what to do."""
+def stage5_pip_install(what, *args, expect="about 15 s on Colab"):
+    """pip install quietly, with a line every 20 s while it runs; on failure stop this notebook with one line that
+    says why and what to do."""
     import os as stage5_os  # named apart, so they never clash with the notebook's own imports
     import re as stage5_re
     import time as stage5_time
@@ -129,10 +139,17 @@ def stage5_pip_install(what, *args):
     # Jupyter kernels set FORCE_COLOR and CLICOLOR_FORCE, which make pip colour its errors: switch colour off.
     env = {{k: v for k, v in stage5_os.environ.items() if k not in ("FORCE_COLOR", "CLICOLOR_FORCE", "PY_COLORS")}}
     env.update(NO_COLOR="1", TERM="dumb")
-    print(f"installing {{what}} and its dependencies (about 15 s on Colab) ...", flush=True)
+    print(f"installing {{what}} and its dependencies ({{expect}}) ...", flush=True)
     start = stage5_time.monotonic()
-    done = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-color", "--disable-pip-version-check",
-                           *args], capture_output=True, text=True, env=env)
+    proc = subprocess.Popen([sys.executable, "-m", "pip", "install", "-q", "--no-color", "--disable-pip-version-check",
+                             *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    while True:  # communicate() may be retried after a timeout without losing output
+        try:
+            out, err = proc.communicate(timeout=20)
+            break
+        except subprocess.TimeoutExpired:
+            print(f"  ... still installing {{what}} ({{stage5_time.monotonic() - start:.0f}} s)", flush=True)
+    done = subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
     if done.returncode == 0:
         importlib.invalidate_caches()
         print(f"installed {{what}} in {{stage5_time.monotonic() - start:.0f}} s", flush=True)
@@ -166,7 +183,8 @@ def engine_block() -> str:
     """Added after the setup block in notebooks that run torch: PyTorch's CPU build, never a CUDA download."""
     return f'''# The toy engine needs torch (Colab has it). Elsewhere this installs PyTorch's CPU build: no CUDA download.
 if importlib.util.find_spec("torch") is None:
-    stage5_pip_install("torch (CPU build)", "torch>=2.2", "--index-url", "{TORCH_CPU_INDEX}")
+    stage5_pip_install("torch (CPU build)", "torch>=2.2", "--index-url", "{TORCH_CPU_INDEX}",
+                       expect="about 200 MB to download: a minute or more")
 {END_ENGINE}'''
 
 
@@ -209,9 +227,13 @@ def dump_notebook(nb: dict) -> str:
 
 # ------------------------------------------------------------------------------------------ other files
 def render_config(text: str, s: Settings) -> str:
-    """_config.yml with repository.url, repository.branch and launch_buttons.jupyterhub_url from course.toml."""
+    """_config.yml's repository, launch buttons and repository buttons from course.toml. Until the repository is
+    published, every one of them is off and no address is written: a link to it would be dead."""
     hub = f'"{s.jupyterhub_url}"' if s.jupyterhub_url else '""'
-    for key, value in (("url", s.repo_url), ("branch", s.branch), ("jupyterhub_url", hub)):
+    on = s.published
+    for key, value in (("url", s.repo_url if on else '""'), ("branch", s.branch), ("jupyterhub_url", hub),
+                       ("colab_url", COLAB if on else '""'), ("binderhub_url", BINDER if on else '""'),
+                       ("use_repository_button", str(on).lower()), ("use_issues_button", str(on).lower())):
         text, n = re.subn(rf"^(  {key}: )\S*", lambda m, v=value: m.group(1) + v, text, count=1, flags=re.M)
         if n != 1:
             raise ValueError(f"_config.yml has no '  {key}:' line to set")
@@ -231,28 +253,41 @@ def _title(nb: dict) -> str:
 
 
 def render_exercises_page(s: Settings) -> str:
-    """book/exercises.md: each released exercise (exercises/, never solutions/) with its three links."""
-    intro = (f"Each exercise is a notebook you work in Colab, in Binder or in your own Jupyter. Its first cell "
-             f"installs the course package `stage5` (release {s.version}) when it is missing. The visible tests "
-             "tell you whether you are on track; hidden tests grade the notebook you hand in. Colab and Binder "
-             f"open the notebook as tagged for release {s.version} (`{s.tag}`); the download is the same "
-             "notebook as it stands in this book.")
-    outro = ("Binder builds the course's environment (with PyTorch's CPU build) from the repository at that tag, "
-             "which takes a few minutes the first time. Colab keeps its own torch and widgets. Hand the notebook "
-             "in as your instructor asks.")
+    """book/exercises.md: each released exercise (exercises/, never solutions/) with its download link, and its
+    Colab and Binder links once the repository is published (before that they would be dead)."""
+    if s.published:
+        intro = (f"Each exercise is a notebook you work in Colab, in Binder or in your own Jupyter. Its first cell "
+                 f"installs the course package `stage5` (release {s.version}) when it is missing. The visible "
+                 "tests tell you whether you are on track; hidden tests grade the notebook you hand in. Colab and "
+                 f"Binder open the notebook as tagged for release {s.version} (`{s.tag}`); the download is the "
+                 "same notebook as it stands in this book.")
+        outro = ("Binder builds the course's environment (with PyTorch's CPU build) from the repository at that "
+                 "tag, which takes a few minutes the first time. Colab keeps its own torch and widgets. Hand the "
+                 "notebook in as your instructor asks.")
+    else:
+        intro = ("Each exercise is a notebook you run on your own machine. The course's repository and its "
+                 "release are not published yet, so this page offers no Colab or Binder link and a notebook's "
+                 "first cell cannot download the course package `stage5`: run the notebooks where `stage5` is "
+                 "installed. The visible tests tell you whether you are on track; hidden tests grade the notebook "
+                 "you hand in.")
+        local = ("**Running them locally.** In a copy of the course's files, with Python 3.11, `make lab` "
+                 "installs everything into `.venv` (a few minutes the first time, with a line for each step), "
+                 "copies the released exercises once into `my-work/` and opens JupyterLab there: your answers "
+                 "are saved in `my-work/`, never in the release. In a Jupyter of your own, install the package "
+                 "first (`pip install -e .` in the course folder; exercise 2 also needs PyTorch's CPU build), "
+                 "then open a downloaded notebook.")
+        intro = intro + "\n\n" + local
+        outro = "Hand the notebook in as your instructor asks."
     lines = ["# Exercises", "", "<!-- generated from course.toml by scripts/sync_settings.py: edit those, "
-             "not this page -->", "", textwrap.fill(intro, 110), ""]
+             "not this page -->", ""]
+    for paragraph in intro.split("\n\n"):
+        lines += [textwrap.fill(paragraph, 110), ""]
     for name in ASSIGNMENTS:
         path = f"exercises/{name}/{name}.ipynb"
         nb = json.loads((ROOT / path).read_text())
-        lines += [
-            f"## {_title(nb)}",
-            "",
-            f"[Open in Colab]({s.colab_url(path)}) ·",
-            f"[Open in Binder]({s.binder_url(path)}) ·",
-            f"{{download}}`Download {name}.ipynb <../{path}>`",
-            "",
-        ]
+        launch = [f"[Open in Colab]({s.colab_url(path)}) ·", f"[Open in Binder]({s.binder_url(path)}) ·"]
+        lines += [f"## {_title(nb)}", "", *(launch if s.published else []),
+                  f"{{download}}`Download {name}.ipynb <../{path}>`", ""]
     lines.append(textwrap.fill(outro, 110))
     return "\n".join(lines) + "\n"
 

@@ -237,7 +237,8 @@ class Simulator:
 
         x = inputs or SimInputs()
         style = {"description_width": "150px"}
-        lay = w.Layout(width="360px")
+        # 360 px wide where there is room, the column's width on a phone (390 px screens leave about 350)
+        lay = w.Layout(width="100%", max_width="360px")
 
         def box(cls, value, description, **kw):
             return cls(value=value, description=description, style=style, layout=lay, **kw)
@@ -245,7 +246,7 @@ class Simulator:
         self.controls = {
             "model": box(w.Dropdown, x.model, "model", options=[*model_names(), PASTED]),
             "config_json": w.Textarea(value=x.config_json, placeholder="paste a config.json here",
-                                      description="config.json", style=style, layout=w.Layout(width="360px")),
+                                      description="config.json", style=style, layout=w.Layout(width="100%", max_width="360px")),
             "gpu": box(w.Dropdown, x.gpu, "GPU", options=gpu_names()),
             "num_gpus": box(w.BoundedIntText, x.num_gpus, "GPUs", min=1, max=64),
             "weights": box(w.Dropdown, x.weights, "weights",
@@ -401,13 +402,16 @@ class Simulator:
             self.plots = LivePlots()
             self.update()
             c = self.controls
+            # three columns of controls side by side where they fit, one under another on a narrow screen
+            column = w.Layout(width="360px", max_width="100%")
             left = w.VBox([c["model"], c["config_json"], c["gpu"], c["num_gpus"], c["weights"], c["kv"],
-                           c["price_per_gpu_hour"], c["mode"]])
+                           c["price_per_gpu_hour"], c["mode"]], layout=column)
             mid = w.VBox([c["prompt"], c["output"], c["concurrency"], c["alpha"], c["k"], c["prefix_hit"],
-                          c["objective"]])
+                          c["objective"]], layout=column)
             right = w.VBox([w.HTML("<b>the fleet</b>"), c["replicas"], c["routing"], c["history_share"],
-                            c["kv_tier"]])
+                            c["kv_tier"]], layout=column)
             predict = w.VBox([w.HTML("<b>Commit to a prediction</b>"), self.quantity, self.guess_box,
                               w.HBox([self.record_button, self.reveal_button]), self.hide, self.feedback])
-            self._widget = w.VBox([w.HBox([left, mid, right]), predict, self.result, self.plots.widget, self.timing])
+            controls = w.HBox([left, mid, right], layout=w.Layout(flex_flow="row wrap"))
+            self._widget = w.VBox([controls, predict, self.result, self.plots.widget, self.timing])
         return self._widget

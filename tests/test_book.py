@@ -88,8 +88,9 @@ def test_first_code_cell_installs_stage5_from_the_configured_repository(name):
     assert 'find_spec("stage5") is None' in first, "the setup cell must install stage5 only when missing"
     settings = sync_settings.load()
     assert first.startswith(sync_settings.setup_block(settings)), "the setup cell is not the generated one"
-    assert settings.wheel_url.startswith(_config()["repository"]["url"] + "/releases/download/"), (
-        "the setup cell's release must come from repository.url in _config.yml")
+    # the release comes from course.toml's repository, which _config.yml names once it is published
+    assert settings.wheel_url.startswith(settings.repo_url + "/releases/download/")
+    assert _config()["repository"]["url"] == (settings.repo_url if settings.published else "")
 
 
 @pytest.mark.parametrize("name", CHAPTERS)
@@ -144,10 +145,11 @@ def test_bibliography_has_the_required_papers():
 def test_launch_buttons_come_from_one_repository_url():
     cfg = _config()
     settings = sync_settings.load()
-    assert cfg["repository"]["url"] == settings.repo_url and settings.repo_url.startswith("https://github.com/")
+    assert cfg["repository"]["url"] == (settings.repo_url if settings.published else "")
+    assert settings.repo_url.startswith("https://github.com/")
     buttons = cfg["launch_buttons"]
-    for key in ("colab_url", "binderhub_url"):
-        assert buttons.get(key), key
+    for key in ("colab_url", "binderhub_url"):  # on once published; off while the links would be dead
+        assert bool(buttons.get(key)) == settings.published, key
     # the JupyterHub button is course.toml's hub, or off (empty) until a course sets one: never a placeholder
     assert buttons["jupyterhub_url"] == settings.jupyterhub_url
     assert cfg["execute"]["execute_notebooks"] == "cache" and cfg["execute"]["timeout"] > 0
@@ -194,7 +196,8 @@ def test_exercises_page_links_the_released_notebooks(built_book):
     assert not [h for h in hrefs if "solutions" in h], "the exercises page links a solution"
     for name in sync_settings.ASSIGNMENTS:
         path = f"exercises/{name}/{name}.ipynb"
-        assert settings.colab_url(path) in hrefs and settings.binder_url(path).replace("&", "&amp;") in page
+        linked = settings.colab_url(path) in hrefs and settings.binder_url(path).replace("&", "&amp;") in page
+        assert linked == settings.published, f"{name}: Colab/Binder links {'missing' if linked else 'present'}"
         download = [h for h in hrefs if h.startswith("../_downloads/") and h.endswith(f"/{name}.ipynb")]
         assert len(download) == 1, f"no download link for {name}"
         served = (html / "book" / download[0]).resolve()
@@ -386,10 +389,74 @@ def test_no_error_output(browser_report, page_name):
 @pytest.mark.parametrize("name", CHAPTERS)
 def test_colab_button_points_at_the_chapter_notebook(browser_report, name):
     cfg = _config()
+    if not sync_settings.load().published:  # no launch button until the repository is public
+        assert browser_report[name]["colab"] == []
+        return
     owner_repo = cfg["repository"]["url"].removeprefix("https://github.com/").rstrip("/")
     branch = cfg["repository"].get("branch", "main")
     expected = f"{cfg['launch_buttons']['colab_url']}/github/{owner_repo}/blob/{branch}/book/{name}.ipynb"
     assert expected in browser_report[name]["colab"], browser_report[name]["colab"]
+
+
+def test_an_unpublished_repository_is_never_linked(built_book):
+    """Until course.toml says the repository is published, no page of the built site links to it, to Colab or
+    to Binder (those links would be dead). Its address may appear only as the wheel address in the setup
+    cells' code, which then fails with its one-line message."""
+    settings = sync_settings.load()
+    if settings.published:
+        pytest.skip("course.toml: the repository is published, so its links are wanted")
+    html, _ = built_book
+    pages = sorted(html.rglob("*.html"))
+    assert len(pages) >= len(PAGES)
+    for path in pages:
+        text = path.read_text(errors="replace")
+        links = re.findall(r'(?:href|src|action)="([^"]*)"', text)
+        dead = [h for h in links if settings.owner_repo in h or "colab.research" in h or "mybinder" in h]
+        assert not dead, f"{path.relative_to(html)} links {dead}"
+        assert text.count(settings.owner_repo) == text.count(settings.wheel_url), (
+            f"{path.relative_to(html)} names {settings.owner_repo} outside the setup cell's wheel address")
+
+
+# At a phone's width: each display equation's right edge and width, each slider's content and box widths
+NARROW = """async () => {
+  if (window.MathJax && MathJax.startup) { await MathJax.startup.promise; }
+  for (let i = 0; i < 50 && document.querySelector('script[type="application/vnd.jupyter.widget-view+json"]')
+       && !document.querySelector('.widget-slider'); i++) { await new Promise(r => setTimeout(r, 200)); }
+  return {page: document.documentElement.scrollWidth,
+          equations: [...document.querySelectorAll('mjx-container[display="true"]')]
+            .map(e => [e.getBoundingClientRect().right, e.clientWidth]),
+          sliders: [...document.querySelectorAll('.widget-slider')].map(e => [e.scrollWidth, e.clientWidth])};
+}"""
+
+
+def test_a_phone_screen_fits_the_widest_pages(built_book, tmp_path):
+    """At 390 px (a phone), chapter 13's wide equations scroll inside their own box (assets/stage5.css) and the
+    simulator's controls wrap into one column with each slider's content inside its box: nothing pushes the page
+    sideways."""
+    sync_playwright = _chromium_or_skip()
+    html, _ = built_book
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(_Quiet, directory=str(html)))
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    base, seen = f"http://127.0.0.1:{server.server_address[1]}", {}
+    try:
+        with sync_playwright() as p:
+            ctx = p.chromium.launch_persistent_context(str(tmp_path / "profile"), executable_path=str(CHROMIUM),
+                                                       args=CHROMIUM_FLAGS, headless=True,
+                                                       viewport={"width": 390, "height": 844})
+            ctx.route(re.compile(r"^(?!http://127\.0\.0\.1).*"), lambda route: route.abort())
+            for name in ("13_serving_fleet", "10_simulator"):
+                page = ctx.new_page()
+                page.goto(f"{base}/book/{name}.html", wait_until="load")
+                seen[name] = page.evaluate(NARROW)
+                page.close()
+            ctx.close()
+    finally:
+        server.shutdown()
+    for name, m in seen.items():
+        assert m["page"] <= 390, f"{name} is {m['page']} px wide at 390 px: {m}"
+        assert all(right <= 390 and width <= 390 for right, width in m["equations"]), f"{name}: {m['equations']}"
+        assert all(content <= box + 1 for content, box in m["sliders"]), f"{name}: sliders {m['sliders']}"
+    assert seen["13_serving_fleet"]["equations"] and seen["10_simulator"]["sliders"], seen
 
 
 def test_chromium_available_or_reason_given():

@@ -258,8 +258,9 @@ def test_csv_cells_never_start_like_a_formula(graded):
 
 
 # ----------------------------------------------------------------------------- in a real browser
-def _learner_script_ran(html_file: Path, tmp_path: Path) -> list[str]:
-    """Open ``html_file`` in Chromium, click its links, and return every sign that a learner's script ran."""
+def _learner_script_ran(html_file: Path, tmp_path: Path, offline: dict | None = None) -> list[str]:
+    """Open ``html_file`` in Chromium, click its links, and return every sign that a learner's script ran. Into
+    ``offline``, when given: every request that left the machine ("outside") and whether MathJax loaded."""
     if not CHROMIUM.exists():
         pytest.skip(f"no system Chromium at {CHROMIUM}; browser checks skipped")
     from playwright.sync_api import sync_playwright
@@ -270,6 +271,9 @@ def _learner_script_ran(html_file: Path, tmp_path: Path) -> list[str]:
                                                    args=CHROMIUM_FLAGS, headless=True)
         ctx.route("http*://**", lambda route: route.abort())  # offline: CDN scripts are not the learner's
         page = ctx.new_page()
+        outside: list[str] = []
+        page.on("request", lambda r: outside.append(r.url) if not r.url.startswith(("file:", "data:", "blob:"))
+                else None)
         page.on("console", lambda m: signs.append(f"console: {m.text}") if MARK in m.text else None)
         page.on("dialog", lambda d: (signs.append("dialog"), d.dismiss()))
         page.goto(html_file.as_uri())
@@ -285,6 +289,9 @@ def _learner_script_ran(html_file: Path, tmp_path: Path) -> list[str]:
             signs.append("title")
         if page.evaluate("() => window.__pwned === 1"):
             signs.append("global")
+        if offline is not None:
+            offline["outside"] = outside
+            offline["mathjax"] = page.evaluate("() => typeof (window.MathJax || {}).typesetPromise === 'function'")
         ctx.close()
     return signs
 
@@ -297,7 +304,10 @@ def test_no_learner_script_runs_in_a_feedback_page(graded, tmp_path):
     unsafe.write_text(HTMLExporter().from_filename(str(autograded))[0])
     assert _learner_script_ran(unsafe, tmp_path / "a"), "the detector missed live script: the test proves nothing"
     feedback = course.work / "feedback" / "scripts" / "ex01" / "ex01.html"
-    assert _learner_script_ran(feedback, tmp_path / "b") == []
+    offline: dict = {}
+    assert _learner_script_ran(feedback, tmp_path / "b", offline) == []
+    # and the page needs no network: its maths is typeset by the course's own MathJax, inlined
+    assert offline == {"outside": [], "mathjax": True}, offline
 
 
 def test_long_feedback_lines_wrap(graded, tmp_path):
@@ -342,4 +352,6 @@ def test_no_learner_script_runs_in_formgraders_view(graded, tmp_path):
     page = tmp_path / "formgrade.html"
     page.write_text(HTMLExporter(config=config).from_filename(str(autograded), resources=resources)[0])
     assert "click me" in page.read_text()  # the learner's cells are on the page
-    assert _learner_script_ran(page, tmp_path / "fg") == []
+    offline: dict = {}
+    assert _learner_script_ran(page, tmp_path / "fg", offline) == []
+    assert offline == {"outside": [], "mathjax": True}, offline  # MathJax is the course's copy, not a CDN's

@@ -76,6 +76,26 @@ def test_a_blank_written_answer_is_scored_zero_as_nbgrader_scores_it(graded):
     assert _title(pages[BLANK]) == "ex01 (Score: 0.0 / 22.0)"
 
 
+def test_a_blank_hand_in_gets_one_verdict_everywhere(graded):
+    """make grade's line, summary.csv and the feedback page say the same thing of a blank hand-in: 0 of 22, the
+    written answer scored 0 (as nbgrader and Formgrader score it), nothing left to mark by hand."""
+    import csv
+
+    course, results, pages = graded
+    r = results[("ex01", BLANK)]
+    assert (r.score, r.out_of, r.manual_pending) == (0, 22, 0), r.line()
+    assert " 0.0 / 22  ok" in r.line() and "to mark by hand" not in r.line(), r.line()
+    with (course.work / "summary.csv").open(newline="") as fh:
+        row = next(row for row in csv.DictReader(fh) if row["student"] == BLANK)
+    assert (row["score"], row["manual_pending"]) == ("0", "0"), row
+    assert "c1_written: answer left as released" in row["reasons"], row
+    assert _title(pages[BLANK]) == "ex01 (Score: 0.0 / 22.0)"
+    # ada's written answer is still to be marked, and all three say that too
+    ada = results[("ex01", ADA)]
+    assert ada.manual_pending == 2 and "(+2 to mark by hand)" in ada.line()
+    assert "2.0 more points to be marked" in _title(pages[ADA])
+
+
 @pytest.fixture(scope="module")
 def marked(graded):
     """The instructor marks ada's C1 (1.5 of 2) as Formgrader would, then feedback is generated again: with the

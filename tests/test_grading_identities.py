@@ -187,6 +187,9 @@ def test_formgrader_sees_names_and_submission_times(graded):
     assert (subs["bob"]["first_name"], subs["bob"]["last_name"]) == ("", "bob")  # the id as last name
     assert (subs["张伟"]["first_name"], subs["张伟"]["last_name"]) == ("伟", "张")  # from the roster
     assert (subs["frank"]["first_name"], subs["frank"]["last_name"]) == ("Frank", "Lloyd Wright")
+    # no e-mail in the roster: an empty cell in Formgrader's Students table, not "None" (its JS prints null so)
+    emails = {s["id"]: s["email"] for s in api.get_students()}
+    assert all(emails[s] == "" for s in GRADED_EX01), emails
     bob_time = datetime.fromisoformat(subs["bob"]["timestamp"])
     assert bob_time == BOB_TIME.replace(tzinfo=None)  # nbgrader keeps UTC, naive
     frank_time = datetime.fromisoformat(subs["frank"]["timestamp"])

@@ -25,6 +25,7 @@ sys.path.insert(0, str(REPO / "hub"))
 sys.path.insert(0, str(REPO / "grader"))
 
 from lab_profiles import NEWS_OFF, NEWS_PLUGIN, PROFILES, main, prepare_exchange, write_profile  # noqa: E402
+from learner_copy import working_copy  # noqa: E402
 from local_hub import copy_course  # noqa: E402
 from nbgrader_setup import EXCHANGE_ENV, make_config  # noqa: E402
 
@@ -42,13 +43,13 @@ def _get(url: str) -> tuple[int, str]:
         return err.code, err.read().decode(errors="replace")
 
 
-def _with_lab(config_dir: Path, root: Path, env: dict[str, str], check) -> None:
+def _with_lab(config_dir: Path, root: Path, env: dict[str, str], check, args: tuple[str, ...] = ()) -> None:
     """Start JupyterLab as `make lab` does (JUPYTER_CONFIG_DIR), run ``check(base_url)``, stop it."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     cmd = [str(Path(sys.executable).with_name("jupyter")), "lab", "--allow-root", "--no-browser",
-           f"--port={port}", "--ServerApp.ip=127.0.0.1", f"--IdentityProvider.token={TOKEN}"]
+           f"--port={port}", "--ServerApp.ip=127.0.0.1", f"--IdentityProvider.token={TOKEN}", *args]
     env = dict(os.environ, JUPYTER_CONFIG_DIR=str(config_dir), **env)
     proc = subprocess.Popen(cmd, cwd=root, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     base = f"http://127.0.0.1:{port}"
@@ -76,11 +77,38 @@ def _page_config(html: str) -> dict:
     return json.loads(match.group(1))
 
 
+def _git(root: Path, *args: str) -> str:
+    return subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *args], cwd=root, check=True,
+                          capture_output=True, text=True).stdout
+
+
 def test_learner_lab_has_no_instructor_tools(tmp_path):
+    """Started as `make lab` starts it (the learner profile, opened on the working copy) in a git checkout of the
+    course: no instructor tool, and an answer saved through the lab leaves `git status` clean."""
     config = write_profile("learner", tmp_path / "cfg")
     root = copy_course(tmp_path / "course")
+    (root / ".gitignore").write_bytes((REPO / ".gitignore").read_bytes())
+    _git(root, "init", "-q")
+    _git(root, "add", "-A")
+    _git(root, "commit", "-qm", "course")
+    copied, _ = working_copy(root / "my-work", root)
+    assert root / "my-work" / "exercises" / "ex01" / "ex01.ipynb" in copied
+    assert "--ServerApp.root_dir=\"$(WORK)\"" in (REPO / "Makefile").read_text()  # what `make lab` opens
 
     def check(base):
+        # the learner types an answer and saves (the contents API is what the lab's Save calls)
+        status, body = _get(f"{base}/api/contents/exercises/ex01/ex01.ipynb")
+        assert status == 200, body
+        nb = json.loads(body)["content"]
+        cell = next(c for c in nb["cells"] if c["cell_type"] == "code" and "YOUR CODE HERE" in c["source"])
+        cell["source"] = "answer = 42  # the learner's edit"
+        req = urllib.request.Request(f"{base}/api/contents/exercises/ex01/ex01.ipynb", method="PUT",
+                                     data=json.dumps({"type": "notebook", "format": "json", "content": nb}).encode(),
+                                     headers={"Authorization": f"token {TOKEN}", "Content-Type": "application/json"})
+        with urllib.request.urlopen(req, timeout=60) as resp:
+            assert resp.status == 200
+        assert "the learner's edit" in (root / "my-work" / "exercises" / "ex01" / "ex01.ipynb").read_text()
+        assert _git(root, "status", "--porcelain", "--untracked-files=all") == "", "the saved answer shows in git"
         assert _get(f"{base}/formgrader/")[0] == 404, "Formgrader is served to learners"
         assert _get(f"{base}/assignments?course_id=x")[0] == 404, "the exchange's Assignments list is served"
         page = _page_config(_get(f"{base}/lab")[1])
@@ -94,7 +122,13 @@ def test_learner_lab_has_no_instructor_tools(tmp_path):
         schema = json.loads(body)["schema"]["properties"]
         assert {k: schema[k]["default"] for k in NEWS_OFF} == NEWS_OFF
 
-    _with_lab(config, root, {}, check)
+    _with_lab(config, root, {}, check, ("--ServerApp.root_dir=my-work",))
+    # a second `make lab` keeps the answer and copies only what the release added since
+    (root / "exercises" / "ex09").mkdir()
+    (root / "exercises" / "ex09" / "ex09.ipynb").write_text("{}")
+    copied, kept = working_copy(root / "my-work", root)
+    assert copied == [root / "my-work" / "exercises" / "ex09" / "ex09.ipynb"]
+    assert "the learner's edit" in (root / "my-work" / "exercises" / "ex01" / "ex01.ipynb").read_text()
 
 
 def test_instructor_lab_has_formgrader_and_its_exchange(tmp_path):

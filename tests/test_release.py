@@ -60,10 +60,47 @@ def test_only_notebooks_that_run_torch_install_it():
 def test_launch_settings_in_config_come_from_course_toml():
     yaml = pytest.importorskip("yaml")
     cfg = yaml.safe_load((ROOT / "_config.yml").read_text())
-    assert cfg["repository"]["url"] == SETTINGS.repo_url
+    assert cfg["repository"]["url"] == (SETTINGS.repo_url if SETTINGS.published else "")
     assert cfg["repository"]["branch"] == SETTINGS.branch
     assert cfg["launch_buttons"]["jupyterhub_url"] == SETTINGS.jupyterhub_url
     assert "example.org" not in (ROOT / "_config.yml").read_text()
+
+
+def test_an_unpublished_repository_gets_no_button_and_no_link():
+    """Until course.toml says the repository is published, its address (and Colab's, Binder's) must not reach
+    the book's configuration or the exercises page: every such link would be dead. The page says how to run
+    the notebooks locally instead."""
+    yaml = pytest.importorskip("yaml")
+    draft = sync.Settings(SETTINGS.repo_url, "main", "2.3.4", "", published=False)
+    cfg = yaml.safe_load(sync.render_config((ROOT / "_config.yml").read_text(), draft))
+    buttons = cfg["launch_buttons"]
+    assert cfg["repository"]["url"] == "" and not any(buttons[k] for k in ("colab_url", "binderhub_url",
+                                                                           "jupyterhub_url"))
+    assert cfg["html"]["use_repository_button"] is False and cfg["html"]["use_issues_button"] is False
+    page = sync.render_exercises_page(draft)
+    for address in (SETTINGS.repo_url, SETTINGS.owner_repo, "colab.research", "mybinder"):
+        assert address not in page
+    assert "make lab" in page and "my-work/" in page and page.count("{download}") == len(sync.ASSIGNMENTS)
+    if not SETTINGS.published:  # and what is committed now says the same
+        assert SETTINGS.repo_url not in (ROOT / "_config.yml").read_text()
+        assert SETTINGS.owner_repo not in (ROOT / "book" / "exercises.md").read_text()
+    published = sync.Settings(SETTINGS.repo_url, "main", "2.3.4", "", published=True)
+    cfg = yaml.safe_load(sync.render_config((ROOT / "_config.yml").read_text(), published))
+    assert cfg["repository"]["url"] == SETTINGS.repo_url and cfg["html"]["use_repository_button"] is True
+    assert cfg["launch_buttons"]["colab_url"] == sync.COLAB and cfg["launch_buttons"]["binderhub_url"] == sync.BINDER
+
+
+@pytest.mark.parametrize("published, hub, words", [
+    ('"yes"', "", "neither true"),
+    ("false", "https://hub.uni.edu", "set published = true"),
+])
+def test_bad_publication_settings_are_refused(tmp_path, published, hub, words):
+    text = (ROOT / "course.toml").read_text()
+    text = re.sub(r"^published = \S+", f"published = {published}", text, count=1, flags=re.M)
+    text = re.sub(r'^jupyterhub_url = "[^"]*"', f'jupyterhub_url = "{hub}"', text, count=1, flags=re.M)
+    (tmp_path / "course.toml").write_text(text)
+    with pytest.raises(ValueError, match=re.escape(words)):
+        sync.load(tmp_path / "course.toml")
 
 
 def test_changing_the_setting_changes_every_address(tmp_path):
@@ -128,6 +165,37 @@ def test_a_failed_install_prints_one_line_and_stops_every_later_cell(tmp_path):
         assert lines[0].startswith(f"Stage5SetupError: could not install stage5 {SETTINGS.version} (")
         assert "restart the kernel and run this cell again" in lines[0]
     assert "Traceback" not in proc.stdout and "NameError" not in proc.stdout
+
+
+def test_a_long_install_says_it_is_still_running(capsys):
+    """The setup cell's pip run prints a line every 20 s while it lasts (torch's CPU build off Colab took 130 s of
+    silence), and the torch notebooks say what to expect, not Colab's 15 s."""
+    import subprocess as real
+    import types
+
+    ns: dict = {"__name__": "setup_cell"}
+    exec(sync.setup_block(SETTINGS).replace('if importlib.util.find_spec("stage5") is None:', "if False:"), ns)
+
+    class SlowPip:  # a pip that has not finished at the first two 20 s waits, then succeeds
+        args, returncode, waits = ["pip"], 0, []
+
+        def __init__(self, *a, **kw):
+            pass
+
+        def communicate(self, timeout=None):
+            SlowPip.waits.append(timeout)
+            if len(SlowPip.waits) <= 2:
+                raise real.TimeoutExpired("pip", timeout)
+            return "", ""
+
+    ns["subprocess"] = types.SimpleNamespace(Popen=SlowPip, PIPE=real.PIPE, TimeoutExpired=real.TimeoutExpired,
+                                             CompletedProcess=real.CompletedProcess)
+    ns["stage5_pip_install"]("torch (CPU build)", "torch", expect="about 200 MB to download: a minute or more")
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == "installing torch (CPU build) and its dependencies (about 200 MB to download: a minute or more) ..."
+    assert [line.split("(")[0] for line in lines[1:3]] == ["  ... still installing torch "] * 2, lines
+    assert lines[3].startswith("installed torch (CPU build) in") and SlowPip.waits == [20, 20, 20]
+    assert 'expect="about 200 MB to download: a minute or more"' in sync.engine_block()
 
 
 # ------------------------------------------------------------------------------------------ the release steps

@@ -90,6 +90,10 @@ def _table(results: dict[str, RunResult]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] == "book":
+        from stage5.engine.bench_book import main as book_main
+
+        return book_main(argv[1:])
     if argv and argv[0] == "prefix":
         from stage5.engine.bench_prefix import main as prefix_main
 
