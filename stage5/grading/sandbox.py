@@ -15,7 +15,11 @@ Learner code is hostile (see the README's grading section). Each submission's ke
   ``Limits.tmp_bytes``), thrown away with the sandbox; the kernel's sockets live in a host folder that it may
   write only until the kernel is up (root grader);
 * no network (a new network namespace), its own process namespace (so it cannot signal the grader, and every
-  process it started dies with it) and its own session;
+  process it started dies with it) and its own session; no further user namespace (``--disable-userns`` where
+  the sandbox has a user namespace of its own, and the seccomp filter everywhere);
+* a seccomp filter (:mod:`.seccomp`) refusing what a Python kernel never needs and kernel exploits use: new
+  namespaces, io_uring, the keyring, unsafe ``personality`` flags, socket families other than Unix and IP, and
+  memory no count sees (``memfd_create``, ``shmget``);
 * resource limits set by :func:`apply_limits` before the kernel starts: CPU seconds, address space and file size
   per process, and a number of processes and threads (``RLIMIT_NPROC``) for the whole sandbox, because each sandbox
   has a uid of its own (root grader) or a user namespace of its own (other graders; Linux 5.14 and later count
@@ -197,6 +201,10 @@ def bwrap_command(argv: list[str], scratch: Path, readable: list[Path] | None = 
     cmd = ["bwrap", "--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts", "--unshare-cgroup-try",
            "--die-with-parent", "--new-session", "--cap-drop", "ALL"]
     cmd += ["--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"] if as_root else ["--unshare-user"]
+    # no user namespace inside (a learner's root, mounts, network): bwrap 0.8+'s switch needs --unshare-user, so
+    # a root grader's sandbox relies on the seccomp filter's refusal of unshare and clone(CLONE_NEWUSER) alone
+    if not as_root and bwrap_has("--disable-userns"):
+        cmd += ["--disable-userns"]
     # /dev is bwrap's own tmpfs, unsized: its shm gets a sized tmpfs, and the rest is made read-only (writing to
     # /dev/null still works: a device node is not the file system's data)
     cmd += ["--proc", "/proc", "--dev", "/dev", "--perms", "1777", "--size", str(limits.shm_bytes),
@@ -230,6 +238,16 @@ def bwrap_command(argv: list[str], scratch: Path, readable: list[Path] | None = 
         cmd += ["--setenv", name, value]
     cmd += ["--"]
     return cmd + argv
+
+
+@functools.cache
+def bwrap_has(option: str) -> bool:
+    """Whether this machine's bwrap lists ``option`` in its ``--help`` (options arrive with versions)."""
+    try:
+        done = subprocess.run(["bwrap", "--help"], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return option in (done.stdout + done.stderr).split()
 
 
 @functools.cache
