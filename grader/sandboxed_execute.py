@@ -54,6 +54,7 @@ from traitlets import Bool, Float, Instance, Integer, Type, default
 
 from stage5.grading.cgroup import SandboxCgroup
 from stage5.grading.remote import MAX_REPLY_CHARS
+from stage5.grading.view import build as course_view
 from stage5.grading.sandbox import (
     HOME,
     NOGROUP,
@@ -131,6 +132,7 @@ class SandboxKernelManager(AsyncKernelManager):
     client_factory = Type(BoundedKernelClient)
     scratch: Path
     uid: int | None = None  # the sandbox's own uid (a root grader), else None
+    views: dict[Path, Path] | None = None  # the course modules with the exercise's off-limits functions cut out
     cgroup: SandboxCgroup | None = None
     cpu_seen = 0.0  # the largest CPU reading of the live sandbox: what a sandbox that died used, near enough
 
@@ -144,7 +146,7 @@ class SandboxKernelManager(AsyncKernelManager):
         home = HOME if mode == "bwrap" else str(self.scratch)
         cmd = limited_command(super().format_kernel_cmd(extra_arguments), self.limits, kernel_env(home), self.uid)
         if mode == "bwrap":
-            cmd = bwrap_command(cmd, self.scratch, limits=self.limits)
+            cmd = bwrap_command(cmd, self.scratch, limits=self.limits, views=self.views)
         self.cgroup = SandboxCgroup.create(self.limits.sandbox_memory_bytes, self.limits.processes)
         return self.cgroup.enter_command(cmd) if self.cgroup else cmd
 
@@ -384,6 +386,7 @@ class SandboxedExecute(Execute):
     store_widget_state = Bool(False)  # a graded notebook keeps no widget state (a learner's can be gigabytes)
     _warned = False
     _asked_exit = False
+    _assignment: str | None = None  # the assignment being graded (nbgrader's resources), for its course view
 
     def __init__(self, *args: Any, **kwargs: Any):
         kwargs["kernel_manager_class"] = SandboxKernelManager
@@ -426,6 +429,7 @@ class SandboxedExecute(Execute):
             c.get("metadata", {}).pop(GRADER_ERRORS, None)
         self.nb.metadata.pop("widgets", None)  # nor its own widget state
         self.kernel_name = "python3"  # never the kernel the submission's metadata asks for
+        self._assignment = ((resources or {}).get("nbgrader") or {}).get("assignment")  # nbgrader's, not the notebook's
         self.raise_on_iopub_timeout = False  # a long C call is not an error of the grader's
         self.spent_cpu_s, self._kept_bytes = 0.0, 0
         limits = self._limits()
@@ -531,6 +535,7 @@ class SandboxedExecute(Execute):
         self.km = self.create_kernel_manager()
         self.km.limits = self._limits()
         self.km.scratch = scratch
+        self.km.views = course_view(self._assignment)  # the exercise's off-limits functions are not in its kernel
         self.km.transport = "ipc"
         self.km.ip = str(scratch / "kernel")
         self.km.connection_file = str(scratch / "kernel.json")
