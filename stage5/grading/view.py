@@ -9,7 +9,8 @@ method of the exercise being graded (:data:`BLOCKED`) has its body replaced by a
 and nothing the kernel runs can bring it back (a pasted copy is the review column's to flag).
 
 The grader builds the copies (:func:`build`) from the package it imports itself; ``bwrap_command`` binds each one
-over its original, read-only.
+over its original, read-only. A cell of the release that runs such a function (ex03's comparison with the
+simulator, which runs the reference diagnosis) fails under grading with that one line; it earns no points.
 """
 
 from __future__ import annotations
@@ -56,8 +57,8 @@ def _definition(target: str) -> tuple[Path, str]:
 
 
 def _stub_body(target: str, node: ast.FunctionDef | ast.AsyncFunctionDef) -> None:
-    message = (f"your code called {target}, which computes this answer for you; it does not exist in the "
-               "kernel that grades this exercise")
+    message = (f"your code called {target}, which computes this answer for you; the exercise's Rules put it off "
+               "limits, so it is not available while the exercise is graded")
     node.body = ast.parse(f"raise __import__('stage5.grading.blocking', fromlist=['UnavailableError'])"
                           f".UnavailableError({message!r})").body
 
