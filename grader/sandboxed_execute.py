@@ -54,7 +54,6 @@ from traitlets import Bool, Float, Instance, Integer, Type, default
 
 from stage5.grading.cgroup import SandboxCgroup
 from stage5.grading.remote import MAX_REPLY_CHARS
-from stage5.grading.view import build as course_view
 from stage5.grading.sandbox import (
     HOME,
     NOGROUP,
@@ -66,6 +65,7 @@ from stage5.grading.sandbox import (
     privilege_note,
     sandbox_uid,
 )
+from stage5.grading.view import build as course_view
 
 MAX_RESTARTS = 4  # kernel deaths per notebook before the remaining cells are marked as not run
 # One message from the kernel: ZeroMQ drops a larger one before reading it, and the kernel's outputs until its socket
