@@ -4,8 +4,8 @@ A deleted, edited, duplicated or moved locked cell is put back from the release,
 runs, and the learner's line says so (and says nothing when nothing was changed). Checked in-process on
 :func:`intake.prepare`, the step both doors (``make grade``, the hub's collect) run before grading: for every
 exercise, every locked cell, each change leaves the notebook the grader runs as it was, so the grade cannot move.
-The class-level run of the exercise 3 attack (its ``deployments`` cell deleted, the learner's own deployments
-defined in an answer cell) is in tests/test_grading_ex03.py's fixtures when they include it."""
+One end-to-end case runs the issue's exercise 3 attack (its ``deployments`` cell deleted, the learner's own
+deployments defined in an answer cell) through the sandboxed kernel and the grader's hidden checks."""
 
 from __future__ import annotations
 
@@ -115,3 +115,50 @@ def test_exercise_3_deployments_deleted_and_redefined_in_an_answer(tmp_path):
     assert intake._source(got["cells"][order.index("deployments")]) == intake._source(
         release["cells"][_index(release, "deployments")])
     assert "locked cell deployments was deleted: restored from the release, in its place" in notes
+
+
+@pytest.mark.skipif(__import__("stage5.grading.sandbox", fromlist=["isolation"]).isolation()[0] != "bwrap",
+                    reason="the end-to-end case runs the notebook in the sandbox")
+def test_exercise_3_attack_end_to_end(tmp_path, monkeypatch):
+    """The issue's attack through the grader: ``deployments`` deleted, the learner's own deployment (one 8B model,
+    short prompts, one user) under all three names, and the diagnosis that is right for it as the three
+    predictions. Taken in by :func:`intake.prepare`, the hidden tests put back as nbgrader's OverwriteCells does,
+    and run by :class:`SandboxedExecute`: A1-A3 are judged on the exercise's deployments and fail. (Before the
+    restore, the grader fetched the deployments from the kernel and all three passed.)"""
+    import nbformat
+    from sandboxed_execute import SandboxedExecute
+
+    from stage5.grading.ex03 import reference_diagnosis
+
+    monkeypatch.setenv("NBGRADER_EXECUTION", "autograde")  # the release's measured-engine cell skips itself
+    release = RELEASES["ex03"]
+    solution = json.loads((REPO / "solutions" / "ex03" / "ex03.ipynb").read_text())
+    own = {"model": "llama3-8b", "gpu": "H100-SXM", "num_gpus": 1, "prompt": 128, "output": 1024,
+           "concurrency": 1, "objective": "cost"}
+    ref = reference_diagnosis(own)
+    prediction = {"phase": ref.phase, "decode_bound": ref.decode_bound, "best_lever": ref.best_lever,
+                  "gain": round(ref.gains[ref.best_lever], 2)}
+    nb = copy.deepcopy(release)
+    _delete(nb, "deployments")
+    answers = {"a1_prediction_answer": "chat_70b = rag_8b = assistant_7b = Deployment(" + ", ".join(
+        f"{k}={v!r}" for k, v in own.items()) + f")\nprediction_chat = {prediction!r}\n",
+        "a2_prediction_answer": f"prediction_rag = {prediction!r}\n",
+        "a3_prediction_answer": f"prediction_assistant = {prediction!r}\n"}
+    for cell in nb["cells"]:
+        cell["source"] = answers.get(intake._nbgrader_meta(cell).get("grade_id"), cell["source"])
+    got, notes = _prepare(tmp_path, nb, release)
+    assert "locked cell deployments was deleted: restored from the release, in its place" in notes
+    hidden = {intake._nbgrader_meta(c).get("grade_id"): intake._source(c) for c in solution["cells"]
+              if intake._nbgrader_meta(c).get("grade")}
+    tests = ("a1_prediction", "a2_prediction", "a3_prediction")
+    last = max(_index(got, t) for t in tests)
+    got["cells"] = got["cells"][:last + 1]  # Part A is enough: the rest costs CPU and proves nothing here
+    for cell in got["cells"]:
+        gid = intake._nbgrader_meta(cell).get("grade_id")
+        if gid in hidden:
+            cell["source"] = hidden[gid]
+    out, _ = SandboxedExecute(cell_cpu_s=30).preprocess(nbformat.reads(json.dumps(got), as_version=4),
+                                                        {"metadata": {"path": "."}})
+    for test in tests:
+        errors = [o for o in out.cells[_index(got, test)].outputs if o.get("output_type") == "error"]
+        assert errors and errors[0]["ename"] == "GradingError", (test, errors)
