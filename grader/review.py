@@ -1,12 +1,18 @@
 """What blocking cannot stop, detection shows: flags on learner cells that lean on the course's own answers.
 
 While a learner's function is checked, the grader switches the course's reference functions off in the kernel
-(:mod:`stage5.grading.blocking`), but that cannot be complete: the course's source is public, so a learner can load
+(:mod:`stage5.grading.blocking`), and for exercises 1 and 3 they do not exist in the kernel at all
+(:mod:`stage5.grading.view`), but that cannot be complete: the course's source is public, so a learner can load
 a private copy of ``stage5.cost`` from its file, stash a reference before the check, or paste the code. This module
 reads a submission (it runs nothing) and lists, for the instructor, every cell the learner wrote that
 
-* imports or uses a reference module (:data:`REFERENCE_MODULES`) beyond what the exercise's own cells import,
-  or calls one of their answer-computing functions and methods on a given object (``config.kv_bytes_per_token``);
+* imports or uses a reference module (:data:`REFERENCE_MODULES`, and what the exercise's Rules put off limits:
+  :data:`OFF_LIMITS`) beyond what the exercise's own cells import, or calls one of their answer-computing functions
+  and methods on a given object (``config.kv_bytes_per_token``), by name or through ``getattr`` with a name built
+  from pieces;
+* reaches for the grader's own switch (``sys.modules``, ``stage5.grading``, ``unavailable``) or for anything by a
+  name the review cannot read (``getattr`` with a name built at run time, ``importlib``, ``__import__``,
+  ``__builtins__``, ``operator.attrgetter``);
 * loads code from source (``importlib.util.spec_from_file_location``, ``SourceFileLoader``, ``runpy``, ``exec``
   or ``compile`` of a file, ``%run``), or names a reference module's file;
 * reproduces a long run of a reference module's tokens (:data:`RUN_TOKENS` in a row, names kept, literals
