@@ -39,7 +39,7 @@ from collections import defaultdict
 from datetime import datetime, timezone
 from pathlib import Path
 
-from collect import printable, timestamp_text
+from collect import printable
 from intake import InvalidSubmission, prepare
 from nbgrader.api import Gradebook, MissingEntry
 from nbgrader.exchange.default.collect import ExchangeCollect
@@ -151,6 +151,8 @@ class OwnerCheckedCollect(ExchangeCollect):
     def _stamp(self, dest: Path, name: str, learner: str) -> None:
         """The collected ``timestamp.txt`` holds the arrival (:func:`arrival`), the learner's own claims go beside it
         in :data:`CLAIMED`, and a claim that disagrees is logged."""
+        from collect import timestamp_text  # (imported here, beside the one use)
+
         record = next((r for r in self.src_records if r["filename"] == name), None)
         if record is None:
             return
