@@ -13,6 +13,9 @@ The rules, as the README's instructor section states them:
 * **Clashes are refused, never resolved.** Two different files that give the same id (a folder and a file, a zip
   member and a loose file, case or punctuation variants) are a clash: neither is graded until the instructor
   removes (or renames) the wrong one. Byte-identical copies are one submission.
+* **The time is the inbox's.** A notebook's submission time is when its file (or the zip holding it) arrived in
+  the inbox, by the file system's clock; a zip member's own date is the learner's claim, kept beside it
+  (:attr:`Found.claimed`) and noted where the two disagree (:func:`claim_note`).
 * **A learner's zip holds only their notebook.** A zip named for a learner (``eve_ex01.zip``) whose notebooks name
   another learner is refused whole, and eve is not graded until the instructor looks. A zip not named for a
   learner (``submissions.zip`` from an LMS) is a bulk download: each notebook in it is named by its own path.
@@ -41,6 +44,9 @@ MAX_COMPARED_BYTES = 50 * 2**20  # files compared byte for byte to tell a copy f
 MAX_ROSTER_BYTES = 5 * 2**20
 MAX_NAME_CHARS = 128  # nbgrader's gradebook columns for first and last names are String(128)
 ROSTER_COLUMNS = ("id", "first_name", "last_name")
+# how far a zip member's own date may stand from the zip's arrival before the line notes it: a zip's DOS dates
+# carry no time zone (up to 26 h off), and a learner may zip a notebook a while before handing it in
+CLAIM_SLACK_S = 2 * 86400
 
 
 # ------------------------------------------------------------------------------------------------ names
@@ -148,8 +154,11 @@ class Found:
     path: Path  # the file, or the zip that holds it
     member: str | None  # the member's name in the zip
     size: int
-    mtime: float  # when it was handed in (POSIX seconds): the file's mtime, or the zip member's date
+    # when it arrived (POSIX seconds): the file's mtime in the inbox, or that of the zip holding it (set by
+    # whoever put it there, never by a zip's contents)
+    mtime: float
     problem: str = ""  # why its bytes cannot be read (a corrupt or encrypted zip member): graded as invalid
+    claimed: float | None = None  # the learner's own date for it (a zip member's), kept beside the arrival
 
     def read(self) -> bytes:
         if self.member is None:
@@ -291,6 +300,7 @@ def _sort_zip(out: Sorted, claims: dict[str, list[Found]], inbox: Path, rel: Pat
     except (zipfile.BadZipFile, OSError, ValueError) as err:
         out.skipped.append((label, f"not a readable zip ({type(err).__name__})"))
         return
+    arrived = path.stat().st_mtime  # the zip's arrival in the inbox: its members' own dates are the learner's
     zip_for, owner = _named_for(rel.name, known)
     owner = owner if zip_for else ""  # a zip named for no assignment is a bulk download, not one learner's
     outside = list(reversed(rel.parts))
@@ -305,7 +315,7 @@ def _sort_zip(out: Sorted, claims: dict[str, list[Found]], inbox: Path, rel: Pat
         own = _identify(inside, known)[1]
         if owner and own and own != owner and _identify(inside + outside, known)[0] == known[0]:
             foreign.append(f"{shown} (named for {own})")  # only this assignment's notebooks count
-        found = Found(f"{label}:{shown}", path, info.filename, info.file_size, _zip_mtime(info))
+        found = Found(f"{label}:{shown}", path, info.filename, info.file_size, arrived, claimed=_zip_mtime(info))
         notebooks.append((inside + outside, replace(found, problem=_unreadable(found))))
     if foreign:
         out.refused.setdefault(owner, []).append(
@@ -377,6 +387,15 @@ def read_roster(path: str | Path) -> dict[str, Learner]:
     if not learners:
         raise RosterError(f"{where}: no learners below the header")
     return learners
+
+
+def claim_note(found: Found) -> str:
+    """The line's note when the learner's own date for a notebook (a zip member's) disagrees with its arrival by
+    more than :data:`CLAIM_SLACK_S`, else ""."""
+    if found.claimed is None or abs(found.claimed - found.mtime) <= CLAIM_SLACK_S:
+        return ""
+    return (f"submission time {timestamp_text(found.mtime)} (when it arrived in the inbox); the zip dates it "
+            f"{timestamp_text(found.claimed)}, which was not used")
 
 
 def timestamp_text(mtime: float) -> str:

@@ -14,6 +14,11 @@ it is, not by what it is called:
   with ``O_NOFOLLOW`` and checked on the open descriptor, so a link swapped in after the check is refused too.
 * **Within the course's sizes.** ``CourseDirectory.max_file_size`` and ``max_dir_size`` (kB), and at most
   :data:`MAX_ENTRIES` files and folders; ``CourseDirectory.ignore`` and ``include`` apply as in nbgrader.
+* **The time is the exchange's.** A submission's time is when it arrived, by the file system's clock: the latest
+  inode-change time (ctime) of its folder and files, which no learner can set back (setting a file's times sets
+  its ctime to now). The folder name's time and the learner's ``timestamp.txt`` are claims: the collected
+  ``timestamp.txt`` holds the arrival, the claim is kept beside it in ``timestamp_claimed.txt``, and a claim more
+  than :data:`CLAIM_SLACK_S` away is logged. The latest folder per learner, and the due date, go by arrival.
 * **Taken in as ``make grade`` takes it** (``intake.py``): a notebook whose grading metadata was changed is graded on
   the release's grading cells with the learner's answers, and the collect log says so.
 
@@ -31,6 +36,7 @@ import pwd
 import shutil
 import stat
 from collections import defaultdict
+from datetime import datetime, timezone
 from pathlib import Path
 
 from collect import printable
@@ -40,6 +46,8 @@ from nbgrader.exchange.default.collect import ExchangeCollect
 from nbgrader.utils import check_mode
 
 MAX_ENTRIES = 1000  # files and folders in one submission (an exercise hands in one notebook)
+CLAIM_SLACK_S = 300  # ExchangeSubmit names the folder and writes timestamp.txt seconds before the copy lands
+CLAIMED = "timestamp_claimed.txt"  # beside the collected timestamp.txt: the time the learner's own files gave
 _OPEN = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)  # a FIFO must not block
 _OPEN_DIR = _OPEN | os.O_DIRECTORY
 
@@ -90,6 +98,8 @@ class OwnerCheckedCollect(ExchangeCollect):
             except Refused as why:
                 self._refuse(name, str(why))
                 continue
+            # the arrival, by the file system's clock, replaces the name's time; the name's is the learner's claim
+            record["claimed"], record["timestamp"] = record["timestamp"], arrival(Path(self.inbound_path) / name)
             records.append(record)
         groups = defaultdict(list)
         for record in records:
@@ -135,7 +145,39 @@ class OwnerCheckedCollect(ExchangeCollect):
             self._refuse(os.path.basename(src), str(why))
             shutil.rmtree(dest, ignore_errors=True)
             return
+        self._stamp(Path(dest), os.path.basename(src), learner)
         self._intake(Path(dest), learner)
+
+    def _stamp(self, dest: Path, name: str, learner: str) -> None:
+        """The collected ``timestamp.txt`` holds the arrival (:func:`arrival`), the learner's own claims go beside it
+        in :data:`CLAIMED`, and a claim that disagrees is logged."""
+        from collect import timestamp_text  # (imported here, beside the one use)
+
+        record = next((r for r in self.src_records if r["filename"] == name), None)
+        if record is None:
+            return
+        stamp = dest / "timestamp.txt"
+        try:
+            with open(stamp, "rb") as fh:
+                own = fh.read(200).decode("utf-8", "replace").strip()
+        except OSError:
+            own = ""
+        claims = {"the folder's name": record["claimed"]}
+        try:
+            from nbgrader.utils import parse_utc
+
+            claims["its timestamp.txt"] = parse_utc(own) if own else None
+        except Exception:  # noqa: BLE001 - a learner's text nbgrader cannot read is no time at all
+            claims["its timestamp.txt"] = None
+        arrived = record["timestamp"]
+        stamp.write_text(timestamp_text(arrived.replace(tzinfo=timezone.utc).timestamp()))
+        (dest / CLAIMED).write_text("".join(f"{k}: {printable(str(v))}\n" for k, v in claims.items()))
+        off = [f"{k} says {v}" if v is not None else f"{k} holds no time" for k, v in claims.items()
+               if v is None or abs((v - arrived).total_seconds()) > CLAIM_SLACK_S]
+        if off:
+            self.log.warning("%s: handed in at %s by the exchange's clock; %s: graded with the arrival time",
+                             printable(learner), timestamp_text(arrived.replace(tzinfo=timezone.utc).timestamp()),
+                             "; ".join(off))
 
     def _intake(self, dest: Path, learner: str) -> None:
         """Each collected notebook of the release's as ``make grade`` takes it in (``intake.prepare``): changed
@@ -234,6 +276,20 @@ class OwnerCheckedCollect(ExchangeCollect):
                     break
                 out.write(chunk)
                 left -= len(chunk)
+
+
+def arrival(folder: Path) -> datetime:
+    """When ``folder`` (and everything in it) arrived, as a naive UTC datetime (nbgrader's): the latest ctime of the
+    folder and its entries, read without following links. A learner can move a ctime forward (any change sets it
+    to now), never back."""
+    latest = os.lstat(folder).st_ctime
+    for root, dirs, files in os.walk(folder, followlinks=False):
+        for entry in dirs + files:
+            try:
+                latest = max(latest, os.lstat(os.path.join(root, entry)).st_ctime)
+            except OSError:
+                continue
+    return datetime.fromtimestamp(latest, timezone.utc).replace(tzinfo=None)
 
 
 def _account(uid: int) -> str:

@@ -9,7 +9,8 @@
   U+FFFD, and counted (issue 52: one in a metadata key left a 0-byte copy of the learner's notebook);
 * changed nbgrader metadata (a grading cell added, duplicated, renamed, with other flags or points, or an answer
   cell's metadata gone) is graded on the release's grading cells with the learner's answers (:data:`RESTORED`);
-* deleted or edited test cells are noted (nbgrader's OverwriteCells restores them from the gradebook).
+* locked cells (tests, setup, given data) that were deleted, edited, duplicated or moved are put back from the
+  release in their place, before anything runs, and noted (:func:`locked_changes`).
 """
 
 from __future__ import annotations
@@ -40,10 +41,15 @@ def prepare(path: Path, release: dict) -> tuple[dict, list[str]]:
     except (ValueError, UnicodeDecodeError, RecursionError, MemoryError) as err:
         raise InvalidSubmission(f"{INVALID}: not a valid notebook ({type(err).__name__})") from None
     notes = [f"{replaced} invalid Unicode character(s) replaced by U+FFFD"] if replaced else []
-    if metadata_changed(nb, release):
+    changed, locked = metadata_changed(nb, release), locked_changes(nb, release)
+    if changed or locked:
         nb = restore_grading_cells(nb, release)
-        notes.append(RESTORED)
-    return nb, notes + tampering(nb, release)
+        notes += [RESTORED] if changed else []
+        # said only once it is true: each locked cell now stands once, as released, in the release's order
+        if locked_changes(nb, release):
+            raise InvalidSubmission(f"{INVALID}: its locked cells could not be restored from the release")
+        notes += locked
+    return nb, notes
 
 
 class InvalidSubmission(ValueError):
@@ -101,7 +107,7 @@ def _flags(cell: dict) -> tuple:
 def metadata_changed(submitted: dict, release: dict) -> bool:
     """Whether a submission's nbgrader metadata differs from the release's: a grading cell added, duplicated,
     renamed or with its flags or points changed, or an answer cell's metadata gone. (A deleted or edited test cell
-    is nbgrader's own case: OverwriteCells restores it, and :func:`tampering` notes it.)"""
+    is :func:`locked_changes`'s case.)"""
     ours = {m["grade_id"]: _flags(c) for c in release["cells"] if (m := _nbgrader_meta(c)).get("grade_id")}
     seen: set[str] = set()
     for cell in submitted["cells"]:
@@ -185,27 +191,65 @@ def restore_grading_cells(submitted: dict, release: dict) -> dict:
     return out
 
 
-def _grade_cells(nb: dict) -> dict[str, str]:
-    cells = {}
+def _locked(nb: dict) -> list[tuple[str, dict]]:
+    """(grade_id, cell) of ``nb``'s locked cells that are not answers (tests, setup, given data), in order."""
+    out = []
     for cell in nb.get("cells", []):
         meta = _nbgrader_meta(cell)
-        if meta.get("grade_id") and (meta.get("locked") or meta.get("grade")) and not meta.get("solution"):
-            src = cell.get("source", "")
-            cells[meta["grade_id"]] = "".join(src) if isinstance(src, list) else str(src)
-    return cells
+        gid = meta.get("grade_id")
+        if isinstance(gid, str) and (meta.get("locked") or meta.get("grade")) and not meta.get("solution"):
+            out.append((gid, cell))
+    return out
+
+
+def locked_changes(submitted: dict, release: dict) -> list[str]:
+    """One note per locked cell of the release (test, setup or given-data cell) that ``submitted`` deleted,
+    edited, duplicated or moved (past another graded cell): such cells come from the release, never from the submission (a deleted
+    ``deployments`` cell would otherwise let the learner's own definitions stand in for the exercise's), and
+    one per answer cell moved out of the release's order (which one moved is the longest run in the release's
+    order kept). Empty when every locked cell stands once, unchanged, and the graded cells are in the release's
+    order."""
+    mine = _locked(release)
+    theirs: dict[str, list[dict]] = {}
+    for gid, cell in _locked(submitted):
+        theirs.setdefault(gid, []).append(cell)
+    # in place: the order among the release's graded cells (locked and answer cells) is the release's
+    graded = [gid for c in release.get("cells", []) if isinstance(gid := _nbgrader_meta(c).get("grade_id"), str)]
+    order = [gid for c in submitted.get("cells", []) if (gid := _nbgrader_meta(c).get("grade_id")) in set(graded)]
+    in_order = set(_in_order(graded, list(dict.fromkeys(order))))
+    notes = []
+    for gid, cell in mine:
+        kind = "test cell" if _nbgrader_meta(cell).get("grade") else "locked cell"
+        found = theirs.get(gid, [])
+        if not found:
+            why = "was deleted"
+        elif any(_source(c).strip() != _source(cell).strip() or c.get("cell_type") != cell.get("cell_type")
+                 for c in found):
+            why = "was edited"
+        elif len(found) > 1:
+            why = "was duplicated"
+        elif gid not in in_order:
+            why = "was moved"
+        else:
+            continue
+        notes.append(f"{kind} {gid} {why}: restored from the release, in its place")
+    mine_ids = dict(mine)
+    for gid in dict.fromkeys(order):  # answer cells out of the release's order: graded in the release's place
+        if gid not in in_order and gid not in mine_ids:
+            notes.append(f"answer cell {gid} was moved: graded in its place in the release")
+    return notes
+
+
+def _in_order(ours: list[str], theirs: list[str]) -> list[str]:
+    """The ids of ``theirs`` that keep the release's order (the longest run in common); the rest were moved."""
+    matcher = difflib.SequenceMatcher(None, ours, theirs, autojunk=False)
+    return [gid for block in matcher.get_matching_blocks() for gid in ours[block.a:block.a + block.size]]
 
 
 def tampering(submitted: dict, release: dict) -> list[str]:
-    """Notes on test (locked) cells that were deleted or edited; autograde restores them from the gradebook."""
-    mine, theirs = _grade_cells(release), _grade_cells(submitted)
-    notes = []
-    for gid, src in mine.items():
-        if gid not in theirs:
-            notes.append(f"test cell {gid} was deleted (restored for grading)")
-        elif theirs[gid].strip() != src.strip():
-            notes.append(f"test cell {gid} was edited (restored for grading)")
-    return notes
-
+    """Notes on locked cells (tests, setup, given data) deleted, edited, duplicated or moved; :func:`prepare`
+    restores them from the release before anything runs (alias of :func:`locked_changes`)."""
+    return locked_changes(submitted, release)
 
 
 def scrub_unicode(value, count: list[int] | None = None):

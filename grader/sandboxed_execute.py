@@ -19,7 +19,8 @@
   ``Limits.notebook_wall_s`` of wall-clock and ``Limits.notebook_cpu_s`` of CPU, kept by a watchdog no cell can
   ignore: past either, the sandbox is killed and the cells left are marked as not run.
 * Outputs are budgeted while a cell runs (``cell_output_bytes`` kept per cell, ``notebook_output_bytes`` per
-  notebook, past which they are dropped with a note; a cell that sends more than ``FLOOD_BYTES`` is stopped), no
+  notebook, past which they are dropped with a note; a cell that sends more than ``FLOOD_BYTES`` is stopped),
+  display updates included (charged once per output they rewrite, before nbclient applies them), no
   single message may exceed ``MAX_MESSAGE_BYTES`` (ZeroMQ drops it unread), and widget state is not kept.
 * When the kernel dies in a cell (killed, out of memory, ``exit()``), that cell gets a one-line error naming the
   reason, a fresh sandbox replays what the kernel had run (for a test cell, its source without the hidden block,
@@ -64,6 +65,7 @@ from stage5.grading.sandbox import (
     privilege_note,
     sandbox_uid,
 )
+from stage5.grading.view import build as course_view
 
 MAX_RESTARTS = 4  # kernel deaths per notebook before the remaining cells are marked as not run
 # One message from the kernel: ZeroMQ drops a larger one before reading it, and the kernel's outputs until its socket
@@ -73,6 +75,9 @@ MAX_MESSAGE_BYTES = 128 * 2**20
 CELL_OUTPUT_BYTES = 2 * 2**20  # output kept per cell (TruncateOutput later cuts each output to 20,000 characters)
 NOTEBOOK_OUTPUT_BYTES = 16 * 2**20  # output kept for the whole notebook
 FLOOD_BYTES = 256 * 2**20  # output one cell may send before the grader stops its kernel
+# messages that rewrite the outputs kept under a display id (nbclient applies them to every place the id was shown)
+DISPLAY_UPDATES = frozenset({"display_data", "update_display_data", "execute_result"})
+OUTPUT_MESSAGES = DISPLAY_UPDATES | {"stream", "error"}  # what a cell's output budgets count
 WALL_GRACE_S = 10.0  # after the wall-clock timeout's interrupt, the time a cell has to stop before it is killed
 HOST_RESERVE_BYTES = min(2**30, psutil.virtual_memory().total // 20)  # available memory the grader keeps free
 # Cell metadata where the grader records the errors it added itself (workflow.py reads its notes from there, never
@@ -127,6 +132,7 @@ class SandboxKernelManager(AsyncKernelManager):
     client_factory = Type(BoundedKernelClient)
     scratch: Path
     uid: int | None = None  # the sandbox's own uid (a root grader), else None
+    views: dict[Path, Path] | None = None  # the course modules with the exercise's off-limits functions cut out
     cgroup: SandboxCgroup | None = None
     cpu_seen = 0.0  # the largest CPU reading of the live sandbox: what a sandbox that died used, near enough
 
@@ -140,7 +146,7 @@ class SandboxKernelManager(AsyncKernelManager):
         home = HOME if mode == "bwrap" else str(self.scratch)
         cmd = limited_command(super().format_kernel_cmd(extra_arguments), self.limits, kernel_env(home), self.uid)
         if mode == "bwrap":
-            cmd = bwrap_command(cmd, self.scratch, limits=self.limits)
+            cmd = bwrap_command(cmd, self.scratch, limits=self.limits, views=self.views)
         self.cgroup = SandboxCgroup.create(self.limits.sandbox_memory_bytes, self.limits.processes)
         return self.cgroup.enter_command(cmd) if self.cgroup else cmd
 
@@ -380,6 +386,7 @@ class SandboxedExecute(Execute):
     store_widget_state = Bool(False)  # a graded notebook keeps no widget state (a learner's can be gigabytes)
     _warned = False
     _asked_exit = False
+    _assignment: str | None = None  # the assignment being graded (nbgrader's resources), for its course view
 
     def __init__(self, *args: Any, **kwargs: Any):
         kwargs["kernel_manager_class"] = SandboxKernelManager
@@ -422,6 +429,7 @@ class SandboxedExecute(Execute):
             c.get("metadata", {}).pop(GRADER_ERRORS, None)
         self.nb.metadata.pop("widgets", None)  # nor its own widget state
         self.kernel_name = "python3"  # never the kernel the submission's metadata asks for
+        self._assignment = ((resources or {}).get("nbgrader") or {}).get("assignment")  # nbgrader's, not the notebook's
         self.raise_on_iopub_timeout = False  # a long C call is not an error of the grader's
         self.spent_cpu_s, self._kept_bytes = 0.0, 0
         limits = self._limits()
@@ -527,6 +535,7 @@ class SandboxedExecute(Execute):
         self.km = self.create_kernel_manager()
         self.km.limits = self._limits()
         self.km.scratch = scratch
+        self.km.views = course_view(self._assignment)  # the exercise's off-limits functions are not in its kernel
         self.km.transport = "ipc"
         self.km.ip = str(scratch / "kernel")
         self.km.connection_file = str(scratch / "kernel.json")
@@ -582,25 +591,58 @@ class SandboxedExecute(Execute):
             self._asked_exit = True  # ipykernel answers exit() with a request to its front end to shut it down
 
     # ------------------------------------------------------------------------------------ what the kernel sends
-    def output(self, outs: list, msg: dict[str, Any], display_id: str | None, cell_index: int):
-        """nbclient's output, within the budgets: past ``cell_output_bytes`` in this cell or
-        ``notebook_output_bytes`` in the notebook, outputs are dropped (one note says so); past
-        ``flood_bytes`` sent by one cell, its kernel is stopped."""
-        size = output_bytes(msg.get("content"))
+    def process_message(self, msg: dict[str, Any], cell: NotebookNode, cell_index: int):
+        """Every message the kernel sends counts towards the cell's flood limit before nbclient sees it; a display
+        update (``update_display_data``, or ``display_data``/``execute_result`` naming a display id already shown)
+        rewrites every output kept under that id, so it is charged to the budgets once per place it would fill,
+        and refused (nothing changes, one note says so) past them or while a dead kernel's cells are replayed.
+        nbclient applies such updates before :meth:`output` is called, so they are judged here."""
+        content = msg.get("content")
+        self._sent(output_bytes(content), msg.get("msg_type"))
+        transient = content.get("transient") if isinstance(content, dict) else None
+        display_id = transient.get("display_id") if isinstance(transient, dict) else None
+        if display_id and msg.get("msg_type") in DISPLAY_UPDATES:
+            places = self._display_id_map.get(display_id, {}) if isinstance(display_id, str) else {}
+            cost = output_bytes(content) * sum(len(p) for p in places.values())
+            if cost and (self._replaying or not self._within(cost)):
+                if not self._replaying:
+                    self._cut(cell.outputs)
+                # nbclient must neither apply the update nor record a new place for the id
+                msg = {**msg, "content": {**content, "transient": {}}}
+            elif cost:
+                self._kept_bytes += cost
+        return super().process_message(msg, cell, cell_index)
+
+    def _sent(self, size: int, msg_type: Any) -> None:
+        """Count ``size`` bytes sent by the running cell; past ``flood_bytes`` its kernel is stopped."""
+        if msg_type not in OUTPUT_MESSAGES:  # status, execute_input, widget messages (dropped unread)
+            return
         self._cell_bytes += size
         if self._cell_bytes > self.flood_bytes and not self._flooded and self.km is not None:
             self._flooded = True
             self.km.kill_sandbox()
+
+    def _within(self, size: int) -> bool:
+        """Whether ``size`` more bytes may be kept (the cell's sends so far, the notebook's kept output)."""
+        return self._cell_bytes <= self.cell_output_bytes and self._kept_bytes + size <= self.notebook_output_bytes
+
+    def _cut(self, outs: list) -> None:
+        """The one note of a cell whose output the grader stopped keeping."""
+        if not self._cell_cut:
+            self._cell_cut = True
+            outs.append(NotebookNode(output_type="stream", name="stdout", text=(
+                f"\n... output truncated: past {self.cell_output_bytes / 2**20:g} MiB in this cell or "
+                f"{self.notebook_output_bytes / 2**20:g} MiB in the notebook, the grader kept no more ...\n")))
+
+    def output(self, outs: list, msg: dict[str, Any], display_id: str | None, cell_index: int):
+        """nbclient's output, within the budgets: past ``cell_output_bytes`` sent by this cell or
+        ``notebook_output_bytes`` kept in the notebook, outputs are dropped (one note says so). (The flood limit
+        was counted in :meth:`process_message`.)"""
         if self._replaying:
             return None
-        within = (self._cell_bytes <= self.cell_output_bytes
-                  and self._kept_bytes + size <= self.notebook_output_bytes)
-        if not within:
-            if not self._cell_cut:
-                self._cell_cut = True
-                outs.append(NotebookNode(output_type="stream", name="stdout", text=(
-                    f"\n... output truncated: past {self.cell_output_bytes / 2**20:g} MiB in this cell or "
-                    f"{self.notebook_output_bytes / 2**20:g} MiB in the notebook, the grader kept no more ...\n")))
+        size = output_bytes(msg.get("content"))
+        if not self._within(size):
+            self._cut(outs)
             return None
         self._kept_bytes += size
         return super().output(outs, msg, display_id, cell_index)

@@ -29,6 +29,7 @@ import intake
 from code_guard import CodeGuard
 from collect import (
     Learner,
+    claim_note,
     printable,
     sort_inbox,
     student_id,  # noqa: F401  (the id rule, imported from here by tests and tools)
@@ -170,6 +171,8 @@ class Course:
                                reasons=[f"{INVALID}: could not be read ({type(err).__name__})"])
                 if student in found.copies:
                     r.reasons.append(f"identical copies not used: {', '.join(found.copies[student])}")
+                if (claim := claim_note(submission)) and claim not in r.reasons:
+                    r.reasons.append(claim)  # the learner's own date, beside the arrival recorded
                 results.append(r)
         for student, claims in found.clashes.items():
             results.append(Result(student, assignment, source=" | ".join(f.label for f in claims), status=CLASH,

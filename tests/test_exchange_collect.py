@@ -100,3 +100,27 @@ def test_a_name_with_control_characters_is_logged_escaped(course):
     odd.mkdir()
     log = _collect(course)
     assert "\x1b" not in log and "ev\\x1b[2Jil\\x0a" in log
+
+
+def test_the_submission_time_is_the_arrival_not_the_learners_claim(course):
+    """Issue 48, found case 4 (the hub's door): a hand-in whose inbound folder is renamed to a date years back and
+    whose timestamp.txt is edited to match is recorded at its arrival (the exchange's clock), the claim kept
+    beside it and logged."""
+    from datetime import datetime
+
+    from exchange_collect import CLAIMED, arrival
+
+    _, inbound = course
+    submitted = _submit(inbound, ME, "9")
+    folder = submitted.with_name(f"{ME}+{ASSIGNMENT}+2001-01-01 00:00:00.000000 UTC+r9")
+    submitted.rename(folder)
+    (folder / "timestamp.txt").write_text("2001-01-01 00:00:00.000000 UTC")
+    arrived = arrival(folder)
+    log = _collect(course)
+    stamp = _collected(course, ME).parent / "timestamp.txt"
+    recorded = datetime.strptime(stamp.read_text().strip(), "%Y-%m-%d %H:%M:%S.%f UTC")
+    assert abs((recorded - arrived).total_seconds()) < 1, (recorded, arrived)
+    assert recorded.year > 2001
+    claimed = (stamp.parent / CLAIMED).read_text()
+    assert claimed.count("2001-01-01 00:00:00") == 2, claimed  # the name's and timestamp.txt's
+    assert "by the exchange's clock" in log and "2001-01-01 00:00:00" in log

@@ -31,7 +31,8 @@ EX01 = REPO / "tests" / "submissions" / "ex01"
 HEADS, SOLVED, BLANK = EX01 / "heads_ex01.ipynb", EX01 / "ada lovelace_123_ex01.ipynb", EX01 / "blank_ex01.ipynb"
 ASSIGNMENTS = ["clearing", "ex01", "ex02", "ex03"]
 BOB_TIME = datetime(2026, 3, 14, 9, 26, 53, tzinfo=timezone.utc)  # bob's file's mtime: his submission time
-FRANK_ZIP_TIME = (2026, 3, 15, 10, 0, 0)  # the date of frank's notebook in his zip (read as local time)
+FRANK_ZIP_TIME = (2026, 3, 15, 10, 0, 0)  # the date of frank's notebook in his zip (read as local time): his claim
+FRANK_ARRIVAL = datetime(2026, 3, 20, 8, 0, 0, tzinfo=timezone.utc)  # his zip's mtime in the inbox: his submission time
 
 
 def _copy(src: Path, dest: Path) -> Path:
@@ -61,7 +62,8 @@ def _shared_inbox(inbox: Path) -> None:
     os.utime(bob, (BOB_TIME.timestamp(), BOB_TIME.timestamp()))
     _copy(HEADS, inbox / "张伟_ex01.ipynb")
     _copy(SOLVED, inbox / "Ωmega_ex01.ipynb")
-    _zip(inbox / "frank_ex01.zip", {"ex01.ipynb": BLANK}, FRANK_ZIP_TIME)  # a zip holding its owner's notebook
+    frank = _zip(inbox / "frank_ex01.zip", {"ex01.ipynb": BLANK}, FRANK_ZIP_TIME)  # a zip holding its owner's notebook
+    os.utime(frank, (FRANK_ARRIVAL.timestamp(), FRANK_ARRIVAL.timestamp()))
     _copy(REPO / "tests" / "submissions" / "clearing" / "blank_clearing.ipynb", inbox / "learner_clearing.ipynb")
     _copy(REPO / "tests" / "submissions" / "ex03" / "blank_ex03.ipynb", inbox / "zed_ex03.ipynb")
     (inbox / "notes.pdf").write_bytes(b"%PDF-1.4")
@@ -120,6 +122,7 @@ def test_honest_learners_are_graded_on_their_own_files(graded):
         assert ex01[student].status == "ok" and ex01[student].score == score, ex01[student].line()
     assert ex01["bob"].source == "bob_ex01.ipynb"
     assert ex01["frank"].source == "frank_ex01.zip:ex01.ipynb"
+    assert any("the zip dates it 2026-03-1" in why for why in ex01["frank"].reasons), ex01["frank"].reasons
     assert results["ex03"]["zed"].status == "ok" and results["ex03"]["zed"].score == 0
 
 
@@ -193,8 +196,7 @@ def test_formgrader_sees_names_and_submission_times(graded):
     bob_time = datetime.fromisoformat(subs["bob"]["timestamp"])
     assert bob_time == BOB_TIME.replace(tzinfo=None)  # nbgrader keeps UTC, naive
     frank_time = datetime.fromisoformat(subs["frank"]["timestamp"])
-    assert frank_time == datetime.fromtimestamp(datetime(*FRANK_ZIP_TIME).timestamp(), timezone.utc).replace(
-        tzinfo=None)
+    assert frank_time == FRANK_ARRIVAL.replace(tzinfo=None)  # when his zip arrived, not the date inside it (issue 48)
     assert all(s["timestamp"] for s in subs.values())
     # Formgrader counts a submission autograded only when timestamp.txt and the gradebook agree
     assert api.get_autograded_students("ex01") == set(GRADED_EX01)

@@ -83,15 +83,15 @@ def _errors(cell) -> list[dict]:
 def test_the_seccomp_filter_refuses_what_it_names_and_nothing_else():
     """The filter as the kernel runs it: a small classic-BPF interpreter over the program for each architecture."""
 
-    def verdict(machine: str, arch: int, nr: int) -> str:
+    def verdict(machine: str, arch: int, nr: int, arg0: int = 0) -> str:
         prog, acc, pc = seccomp.program(machine), 0, 0
         while True:
             code, jt, jf, k = prog[pc]
             if code == 0x20:
-                acc = {0: nr, 4: arch}[k]
+                acc = {0: nr, 4: arch, 16: arg0}[k]
                 pc += 1
-            elif code in (0x15, 0x35):
-                hit = acc == k if code == 0x15 else acc >= k
+            elif code in (0x15, 0x35, 0x45):
+                hit = acc == k if code == 0x15 else acc >= k if code == 0x35 else bool(acc & k)
                 pc += 1 + (jt if hit else jf)
             else:
                 return "allow" if k == 0x7FFF0000 else "deny"

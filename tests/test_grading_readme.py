@@ -94,3 +94,22 @@ def test_a_failure_not_the_learners_is_retried_then_reported_not_scored(tmp_path
     assert r.status == "not graded: retry" and "kernel_info" in r.line() and "0.0" not in r.line()
     summary = (tmp_path / "work" / "summary.csv").read_text()
     assert "heads,ex01,,20,2,not graded: retry" in summary
+
+
+def test_readme_says_what_the_sandbox_refuses_and_what_the_review_flags_per_exercise():
+    """Issue 48: the grading section names every call the seccomp filter refuses and has one row per exercise of
+    the review's off-limits table, naming each module that exercise adds."""
+    import review
+
+    from stage5.grading import seccomp
+
+    text = REPO.joinpath("README.md").read_text().split("## For instructors", 1)[1].split("\n## ", 1)[0]
+    for name in seccomp.REFUSED:  # the three io_uring calls are named together
+        assert ("io_uring" if name.startswith("io_uring_") else f"`{name}`") in text, name
+    for words in ("CLONE_NEW", "personality", "NETLINK_ROUTE", "--disable-userns", "stage5/grading/view.py"):
+        assert words in text, words
+    rows = {row.split("|")[1].strip(): row for row in text.splitlines() if row.startswith("| ")}
+    for exercise, rules in review.OFF_LIMITS.items():
+        assert exercise in rows, exercise
+        for module in set(rules.modules) - set(review.REFERENCE_MODULES):
+            assert f"`{module}`" in rows[exercise], (exercise, module)

@@ -11,6 +11,7 @@ so every name they use stays importable from the package itself:
 * :mod:`.ex02`, :mod:`.ex03` - the checks of one exercise each (ex01 and the clearing test use only the modules
   above);
 * :mod:`.seccomp`, :mod:`.cgroup` - the sandbox's system-call filter and its memory cgroup;
+* :mod:`.view` - the course package a sandboxed kernel sees, without its exercise's off-limits functions;
 * :mod:`.sandbox` - where a learner's notebook runs on the instructor's machine (bubblewrap, limits).
 
 Imports go one way: each module imports only modules above it in this list (a test in

@@ -15,7 +15,13 @@ Learner code is hostile (see the README's grading section). Each submission's ke
   ``Limits.tmp_bytes``), thrown away with the sandbox; the kernel's sockets live in a host folder that it may
   write only until the kernel is up (root grader);
 * no network (a new network namespace), its own process namespace (so it cannot signal the grader, and every
-  process it started dies with it) and its own session;
+  process it started dies with it) and its own session; no further user namespace (``--disable-userns`` where
+  the sandbox has a user namespace of its own, and the seccomp filter everywhere);
+* for an exercise that puts course functions off limits, a course package without them (:mod:`.view`): each
+  module that defines one is a copy with those bodies cut, bound over the original;
+* a seccomp filter (:mod:`.seccomp`) refusing what a Python kernel never needs and kernel exploits use: new
+  namespaces, io_uring, the keyring, unsafe ``personality`` flags, socket families other than Unix and IP, and
+  memory no count sees (``memfd_create``, ``shmget``);
 * resource limits set by :func:`apply_limits` before the kernel starts: CPU seconds, address space and file size
   per process, and a number of processes and threads (``RLIMIT_NPROC``) for the whole sandbox, because each sandbox
   has a uid of its own (root grader) or a user namespace of its own (other graders; Linux 5.14 and later count
@@ -47,7 +53,7 @@ import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from . import seccomp
+from . import seccomp, view
 
 HOME = "/home/learner"  # the sandbox's working folder (a sized tmpfs); never a path on the host
 NOGROUP = 65534  # the group every sandbox runs as (Debian's nogroup)
@@ -186,9 +192,10 @@ SYSTEM = ("/usr", "/etc", "/bin", "/sbin", "/lib", "/lib64", "/lib32")
 
 
 def bwrap_command(argv: list[str], scratch: Path, readable: list[Path] | None = None,
-                  limits: Limits | None = None) -> list[str]:
+                  limits: Limits | None = None, views: dict[Path, Path] | None = None) -> list[str]:
     """``argv`` inside a bubblewrap sandbox; ``scratch`` (the kernel's sockets and connection file) is bound at
-    its own path, the working folder and ``/tmp`` are sized tmpfs mounts."""
+    its own path, the working folder and ``/tmp`` are sized tmpfs mounts. ``views`` ({module file: its copy},
+    :func:`.view.build`) are bound over the course's own files, and their cached bytecode hidden."""
     limits = limits or Limits()
     as_root = os.geteuid() == 0
     # A root grader builds the sandbox without a user namespace (one would map the kernel back to root) and lets
@@ -197,6 +204,11 @@ def bwrap_command(argv: list[str], scratch: Path, readable: list[Path] | None = 
     cmd = ["bwrap", "--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts", "--unshare-cgroup-try",
            "--die-with-parent", "--new-session", "--cap-drop", "ALL"]
     cmd += ["--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"] if as_root else ["--unshare-user"]
+    # no user namespace inside (a learner's root, mounts, network): --disable-userns came with bwrap 0.8.0
+    # (containers/bubblewrap#488) and needs --unshare-user (bubblewrap.c dies without it), so
+    # a root grader's sandbox relies on the seccomp filter's refusal of unshare and clone(CLONE_NEWUSER) alone
+    if not as_root and bwrap_has("--disable-userns"):
+        cmd += ["--disable-userns"]
     # /dev is bwrap's own tmpfs, unsized: its shm gets a sized tmpfs, and the rest is made read-only (writing to
     # /dev/null still works: a device node is not the file system's data)
     cmd += ["--proc", "/proc", "--dev", "/dev", "--perms", "1777", "--size", str(limits.shm_bytes),
@@ -222,6 +234,10 @@ def bwrap_command(argv: list[str], scratch: Path, readable: list[Path] | None = 
                 made.add(parent)
                 cmd += ["--perms", "0755", "--dir", str(parent)]
         cmd += ["--bind" if mount == scratch else "--ro-bind", str(mount), str(mount)]
+    for original, copy in sorted((views or {}).items()):  # the exercise's off-limits functions cut out
+        cmd += ["--ro-bind", str(copy), str(original)]
+    for cached in view.hidden_bytecode((views or {}).keys()):
+        cmd += ["--ro-bind", "/dev/null", str(cached)]
     cmd += ["--chdir", HOME,
             # only what the launcher needs to import itself; it execs the kernel with the spec's environment
             "--clearenv", "--setenv", "PATH", kernel_env()["PATH"], "--setenv", "PYTHONPATH", _course_path(),
@@ -230,6 +246,16 @@ def bwrap_command(argv: list[str], scratch: Path, readable: list[Path] | None = 
         cmd += ["--setenv", name, value]
     cmd += ["--"]
     return cmd + argv
+
+
+@functools.cache
+def bwrap_has(option: str) -> bool:
+    """Whether this machine's bwrap lists ``option`` in its ``--help`` (options arrive with versions)."""
+    try:
+        done = subprocess.run(["bwrap", "--help"], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return option in (done.stdout + done.stderr).split()
 
 
 @functools.cache
