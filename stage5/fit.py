@@ -396,6 +396,23 @@ def calibration(claims: tuple[float, ...] = CLAIMS, sources: tuple[str, ...] | N
     return out
 
 
+def loso_rows():
+    """:func:`stage5.validate.rows` with each row's estimate replaced by its leave-one-source-out one."""
+    from stage5 import validate
+
+    loso = loso_estimates()[0]
+    return [replace(r, estimate=float(e)) for r, e in zip(validate.rows(), loso, strict=True)]
+
+
+def split_report(fit_set: tuple[str, ...]) -> dict[str, object]:
+    """What a fit on ``fit_set`` scores on every other source (pooled and source-balanced shares): the held-out
+    figures a different split would report."""
+    d = decompose()
+    est = estimates(fit_constants(fit_set, d), d)
+    held = ~np.isin(d.source, fit_set)
+    return _shares((est / d.measured)[held], d.source[held])
+
+
 def fit_report() -> dict[str, object]:
     """The fit and its out-of-sample scores: the frozen constants and a fresh refit (equal within rounding), the
     fit and held-out sources, leave-one-source-out shares over all sources, the held-out sources' shares under the
@@ -432,7 +449,15 @@ def fit_report() -> dict[str, object]:
         "band_calibration": calibration(),
         "band_coverage_held_out": calibration(sources=held, band_sources=fit_set),
         "constants_without": {k: v for k, v in used.items() if k in fit_set},
+        "lever_ratios_leave_one_source_out": _ratio_summary(),
     }
+
+
+def _ratio_summary() -> dict[str, float]:
+    from stage5 import validate
+
+    got = validate.ratio_shares(loso_rows())
+    return {"pairs": got["pairs"], "within_25pct": got["within_25pct"], "source_balanced": got["source_balanced"]}
 
 
 def format_constants(params: dict[str, float]) -> list[str]:
