@@ -315,10 +315,11 @@ class Estimate:
         """Only the named terms at their defaults: the other switches off, the datasheet's bandwidth, and ``mfu``
         for any MFU not named. ``Estimate.only()`` is the source text's own step, max(weights + KV, FLOPs), with
         attention's KV reads overlapped; ``Estimate.only("additive_attention")`` prices decode as the simple
-        estimate does."""
+        estimate does. No engine costs are charged (the "unknown" profile)."""
         base = cls()
         off = cls(bandwidth_fraction=1.0, prefill_mfu=mfu, decode_mfu=mfu, additive_attention=False, allreduce=False,
-                  prefill_attention=False, mixed_step=False, embedding_lookup=False, server_nics=False)
+                  prefill_attention=False, mixed_step=False, embedding_lookup=False, server_nics=False,
+                  engine="unknown")  # no engine costs: the course's own step
         _check_terms(terms)
         return replace(off, **{t: getattr(base, t) for t in terms})
 
