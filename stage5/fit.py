@@ -339,8 +339,8 @@ def _band(metric: str, batch: str, engine_class: str, family: str, coverage: flo
         got = _band_from(ratio[rows], d.source[rows], coverage)
         if got is not None:
             return Band(metric, batch, engine_class, family, got[0], got[1], coverage,
-                        tuple(sorted(set(d.source[rows]))), int(rows.sum()), pooled,
-                        tuple(sorted(set(d.row_family[rows]))))
+                        tuple(sorted(str(x) for x in set(d.source[rows]))), int(rows.sum()), pooled,
+                        tuple(sorted(str(x) for x in set(d.row_family[rows]))))
     return None
 
 

@@ -222,6 +222,8 @@ SPLIT_REASONS = {
     "vllm-ci": "held out: vLLM on H200, a chip no fit source ran",
     "tinychat": "held out: fused eager engine, priced with the launch cost the unfused one set",
     "tinychat-trtllm": "held out: TensorRT-LLM W4A16 on an RTX 4090",
+    "qwen-hf": "held out: added after the first fit (issue 47)",
+    "qwen-vllm": "held out: added after the first fit (issue 47)",
 }
 
 
@@ -506,6 +508,27 @@ TINYCHAT_STREAMING_4090 = {"FP16": (21.49, 21.38, 23.51, 40.82, 47.15, 75.41, 16
 _TINYCHAT = "TinyChat README (llm-awq tinychat/README.md at d6e797a)"
 _TINYCHAT_TAGS = {"TensorRT-LLM": "trtllm", "TinyChat (Legacy)": "legacy", "TinyChat 2.0": "v2", "FP16": "fp16"}
 
+# ------------------------------------------------------------------------------------ added for issue 47
+# Added after the first fit with a split (stage5.fitted): held out. Qwen team, "Qwen2.5 Speed Benchmark"
+# (github.com/QwenLM/Qwen2.5, docs/source/benchmark/speed_benchmark.rst at 010c37c3): batch 1, generating 2,048 tokens
+# after inputs of 1, 6,144, 14,336 and 30,720 tokens, speed in tokens/s, on one A100 80GB; Hugging Face transformers
+# 4.46.0 (PyTorch 2.3.1, Flash Attention 2.5.8) and vLLM 0.6.3 (gpu_memory_utilization 0.9, max_model_len 32,768,
+# enforce_eager False: CUDA graphs). One request from prompt to its last token, so priced as a static batch of one:
+# 2,048 tokens / speed. Only Qwen2.5-0.5B-Instruct's BF16 rows are priced here: its shapes are checked (below); the
+# quantized rows use GPTQ/AWQ kernels whose formats the course prices differently, and the larger models' shapes were
+# not checked for this issue.
+QWEN25_05B = ModelConfig(
+    # Qwen/Qwen2.5-0.5B-Instruct config.json: vocab 151,936, hidden 896, 24 layers, 14 query heads of 64, 2 KV heads,
+    # SwiGLU FFN 4,864, bias on q, k and v, RMSNorm, output head tied to the embedding, 32,768 positions.
+    name="qwen2.5-0.5b", vocab_size=151936, hidden_size=896, num_layers=24, num_heads=14, num_kv_heads=2,
+    head_dim=64, intermediate_size=4864, qkv_bias=True, tie_embeddings=True, max_position_embeddings=32768)
+QWEN_SPEED_OUTPUT = 2048
+# {engine: ((input tokens, tokens/s), ...)}, BF16
+QWEN_SPEED_05B = {"transformers": ((1, 47.40), (6144, 47.45), (14336, 47.11), (30720, 47.16)),
+                  "vllm": ((1, 311.55), (6144, 304.79), (14336, 290.28), (30720, 264.51))}
+_QWEN_TABLES = {"transformers": "Transformer", "vllm": "vLLM"}
+_QWEN = "Qwen2.5 Speed Benchmark (QwenLM/Qwen2.5 docs/source/benchmark/speed_benchmark.rst at 010c37c3)"
+
 # Published rows the report cannot price, with the reason: (source key, row, reason).
 NOT_PRICED: tuple[tuple[str, str, str], ...] = (
     *(("ft-530b", f"TP 8 x PP 3, batch {b}, {i} in, {o} out: {pp} ms", "pipeline parallel with an unstated microbatch "
@@ -519,6 +542,10 @@ NOT_PRICED: tuple[tuple[str, str, str], ...] = (
       for name in TINYCHAT_UNPRICED_SYSTEMS),
     ("tinychat", "every Jetson Orin table", "no registry entry for the Jetson Orin"),
     ("tinychat", "every VILA and NVILA row", "vision-language models: their image tokens are not priced"),
+    *((key, "every GPTQ-Int8, GPTQ-Int4 and AWQ row", "GPTQ/AWQ kernels, not checked for this issue")
+      for key in ("qwen-hf", "qwen-vllm")),
+    *((key, "every row of Qwen2.5 1.5B to 72B", "model shapes not checked for this issue")
+      for key in ("qwen-hf", "qwen-vllm")),
 )
 
 SOURCES: dict[str, Source] = {s.key: s for s in (
@@ -561,6 +588,14 @@ SOURCES: dict[str, Source] = {s.key: s for s in (
            "tinychat/README.md (commit d6e797a), 'Comparison with Other Systems'", "README of 2025-07-17",
            "Llama 3 8B with 4-bit weight-only quantization on one RTX 4090: TTFT of 256-4,096-token prompts",
            profile="cpp-runtime", added_in=39),
+    Source("qwen-hf", "Hugging Face transformers 4.46.0, in Qwen's speed benchmark", "github.com/QwenLM/Qwen2.5 "
+           "docs/source/benchmark/speed_benchmark.rst (commit 010c37c3)", "transformers 4.46.0, Flash Attention 2.5.8",
+           "Qwen2.5-0.5B-Instruct BF16 on one A100 80GB, batch 1, 2,048 tokens after 1-30,720 input tokens",
+           profile="eager", added_in=47),
+    Source("qwen-vllm", "vLLM 0.6.3, in Qwen's speed benchmark", "github.com/QwenLM/Qwen2.5 "
+           "docs/source/benchmark/speed_benchmark.rst (commit 010c37c3)", "vLLM 0.6.3 (CUDA graphs)",
+           "Qwen2.5-0.5B-Instruct BF16 on one A100 80GB, batch 1, 2,048 tokens after 1-30,720 input tokens",
+           profile="python-graphs", added_in=47),
 )}
 # vLLM's EngineArgs default max_num_seqs is 256 (vllm/engine/arg_utils.py, v0.5-0.6): past it requests wait.
 
@@ -619,6 +654,11 @@ SERVING_POINTS: tuple[ServingPoint, ...] = (
                    source_key="tinychat-trtllm" if name == "TensorRT-LLM" else "tinychat",
                    variant="legacy" if "Legacy" in name else "")
       for name, times in TINYCHAT_OTHERS_4090.items() for p, sec in zip(TINYCHAT_OTHERS_TOKENS, times, strict=True)),
+    *(ServingPoint(f"qwen-{engine}-qwen2.5-0.5b-A100-80GB-bf16-p{p}", QWEN25_05B, "A100-80GB", 1, "bf16", "bf16", 1,
+                   p, QWEN_SPEED_OUTPUT, None, None, f"{_QWEN}, table '0.5B ({_QWEN_TABLES[engine]})': BF16, input {p}, "
+                   f"{toks} tokens/s", batch_ms=1e3 * QWEN_SPEED_OUTPUT / toks,
+                   source_key="qwen-hf" if engine == "transformers" else "qwen-vllm")
+      for engine, table in QWEN_SPEED_05B.items() for p, toks in table),
     *(ServingPoint(f"tinychat-{_TINYCHAT_TAGS[name]}-llama3-8b-RTX-4090-history{h}", get_model("llama3-8b"), "RTX-4090", 1, "bf16" if name == "FP16" else "int4", "bf16",
                    1, h + TINYCHAT_QUESTION, 1, None, ms, f"{_TINYCHAT}, table 'Context Streaming', RTX 4090: {name}, "
                    f"history {h}, question {TINYCHAT_QUESTION}: {ms} ms", ms,

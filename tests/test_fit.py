@@ -1,6 +1,7 @@
 """The fit with a split (stage5.fit, stage5.fitted): reproducible, scored out of sample, and a band that says what it
 rests on (issue 47)."""
 
+import functools
 import re
 
 import numpy as np
@@ -146,42 +147,47 @@ def test_validate_flags_a_row_below_the_floor_with_its_reason():
 # ------------------------------------------------------------------------------------ issue 47's targets
 # Out of sample (leave-one-source-out over all sources, and the held-out sources under the frozen fit). Those met are
 # plain tests; those not met are strict xfails naming what would meet them.
+@functools.lru_cache(maxsize=1)
 def _rep():
     return fit.fit_report()
 
 
-def test_leave_one_source_out_within_25_percent_on_45_percent_and_balanced_x1_5_on_60_percent():
-    got = _rep()["leave_one_source_out"]
-    assert got["within_25pct"] >= 0.45 and got["balanced_within_1.5x"] >= 0.60
+def test_leave_one_source_out_within_25_percent_on_45_percent_of_points():
+    assert _rep()["leave_one_source_out"]["within_25pct"] >= 0.45
 
 
-def test_held_out_within_25_percent_on_45_percent_and_balanced_x1_5_on_60_percent():
-    got = _rep()["held_out"]
-    assert got["within_25pct"] >= 0.45 and got["balanced_within_1.5x"] >= 0.60
-
-
-@pytest.mark.xfail(strict=True, reason="leave-one-source-out within x1.5 on 69% of 355 points (target 70%): "
-                   "MI300X (2 of 10 within x1.5 once its only source is left out: nothing else sets its constants), "
-                   "TinyChat's fused engine (41%) and FasterTransformer past one server (69%) miss. What would meet "
-                   "it: a second MI300X source and the all-reduce efficiency fitted apart from the GEMMs")
-def test_leave_one_source_out_within_x1_5_on_70_percent_of_points():
-    assert _rep()["leave_one_source_out"]["within_1.5x"] >= 0.70
-
-
-@pytest.mark.xfail(strict=True, reason="held out within x1.5 on 60% of 104 points (target 70%): TinyChat's fused "
-                   "engine's TTFTs are estimated at a median 0.56 of their measured times (39% within x1.5: its "
-                   "prefill is slower than the fitted launch cost x 12 kernels and the W4A16 GEMM roofline allow) and "
-                   "TensorRT-LLM 0.6's first-token rows at 0.85 (60%). What would meet it: a profiler trace of "
-                   "TinyChat's prefill and a second fused-module engine in the fit")
-def test_held_out_within_x1_5_on_70_percent_of_points():
-    assert _rep()["held_out"]["within_1.5x"] >= 0.70
-
-
-@pytest.mark.xfail(strict=True, reason="lever ratios out of sample: 72% of 1,167 pairs within 25%, source-balanced "
-                   "61% (target 65%): the eager engines' length pairs. What would meet it: the eager engines' "
-                   "prefill priced from a profile of their attention kernels rather than the GEMM roofline")
-def test_lever_ratios_within_25_percent_on_65_percent_source_balanced():
+def test_lever_ratios_out_of_sample_within_25_percent_on_65_percent_source_balanced():
     assert _rep()["lever_ratios_leave_one_source_out"]["source_balanced"] >= 0.65
+
+
+@pytest.mark.xfail(strict=True, reason="leave-one-source-out within x1.5 on 68% of 363 points, 59% source-balanced "
+                   "(targets 70% and 60%): MI300X (2 of 10 within x1.5 once its only source is left out: nothing else "
+                   "sets its constants), TinyChat's fused engine (41%), and Qwen's speed benchmark (0 of 8: Hugging "
+                   "Face transformers at 0.38 of its measured time, vLLM 0.6.3 at batch 1 at 0.58). What would meet "
+                   "it: a launch cost fitted on more than one eager engine (Qwen's transformers rows imply about 0.9 "
+                   "ms a layer, TinyChat's baseline about a third of that), a fixed step time for vLLM 0.6 at batch 1 "
+                   "fitted on vLLM rows, and a second MI300X source")
+def test_leave_one_source_out_within_x1_5_on_70_percent_and_60_percent_source_balanced():
+    got = _rep()["leave_one_source_out"]
+    assert got["within_1.5x"] >= 0.70 and got["balanced_within_1.5x"] >= 0.60
+
+
+@pytest.mark.xfail(strict=True, reason="held out, 43% of 112 points within 25% (target 45%): the held-out sources "
+                   "added after the fit (Qwen's speed benchmark) sit 0.38-0.62 of the estimate. What would meet it: "
+                   "the engine costs above, fitted on the next fit's sources")
+def test_held_out_within_25_percent_on_45_percent_of_points():
+    assert _rep()["held_out"]["within_25pct"] >= 0.45
+
+
+@pytest.mark.xfail(strict=True, reason="held out within x1.5 on 55% of 112 points, 51% source-balanced (targets 70% "
+                   "and 60%): TinyChat's fused engine's TTFTs are estimated at a median 0.56 of their measured times "
+                   "(its prefill is slower than the fitted launch cost x 12 kernels and the W4A16 GEMM roofline allow), "
+                   "TensorRT-LLM 0.6's first-token rows at 0.85, and Qwen's transformers and vLLM 0.6.3 rows miss "
+                   "(0.38 and 0.58). What would meet it: a profiler trace of TinyChat's prefill, a launch cost fitted "
+                   "on several eager engines and a vLLM-0.6 step time fitted on vLLM rows")
+def test_held_out_within_x1_5_on_70_percent_and_60_percent_source_balanced():
+    got = _rep()["held_out"]
+    assert got["within_1.5x"] >= 0.70 and got["balanced_within_1.5x"] >= 0.60
 
 
 @pytest.mark.xfail(strict=True, reason="the 80% band held 63% of an unseen source's rows (source-balanced, 7 sources "

@@ -94,7 +94,7 @@ def test_floor_is_at_or_below_every_published_latency():
 def test_the_floor_is_at_or_below_every_point_of_every_source_fresh_ones_included():
     sh = validate.summary()["shares"]
     assert all(s["floor_is_lower_bound"] for s in sh["by_source"].values())
-    assert sh["fresh"]["sources"] == ["tinychat", "tinychat-fp16", "tinychat-trtllm"]
+    assert sh["fresh"]["sources"] == ["qwen-hf", "qwen-vllm", "tinychat", "tinychat-fp16", "tinychat-trtllm"]
 
 
 # Issue 39's targets on the fresh sources (lever ratios 80%, TPOT and TTFT within x1.5 on 90% and 70%) were superseded
@@ -102,7 +102,7 @@ def test_the_floor_is_at_or_below_every_point_of_every_source_fresh_ones_include
 # now fitted on (the only unfused eager engine: it sets the launch cost).
 def test_the_fresh_sources_were_added_after_the_constants_and_set_nothing():
     fresh = {k for k, s in SOURCES.items() if s.added_in >= validate.FRESH_AFTER}
-    assert fresh == {"tinychat", "tinychat-fp16", "tinychat-trtllm"}
+    assert fresh == {"tinychat", "tinychat-fp16", "tinychat-trtllm", "qwen-hf", "qwen-vllm"}
     assert [k for k in fresh if SOURCES[k].in_sample] == ["tinychat-fp16"]  # fitted on since issue 47
     assert not any(k in looked for looked in validate.CHOSEN_AFTER_LOOKING.values() for k in fresh)
 
