@@ -30,8 +30,16 @@ import numpy as np
 
 from stage5 import cost, fitted
 from stage5.inputs import OneLineParser, dumps
-from stage5.published import SERVING_POINTS, SOURCES, ServingPoint
-from stage5.validate import METRICS, WIDE, WITHIN, _deployment, _weighted_quantile, point_estimate, priced_metrics
+from stage5.published import SOURCES, ServingPoint
+from stage5.validate import (
+    METRICS,
+    WIDE,
+    WITHIN,
+    _deployment,
+    _weighted_quantile,
+    point_estimate,
+    priced_metrics,
+)
 
 MIN_BAND_SOURCES = 3  # a band rests on at least this many sources, or there is none
 BAND_COVERAGE = 0.8
@@ -369,7 +377,7 @@ def calibration(claims: tuple[float, ...] = CLAIMS, sources: tuple[str, ...] | N
     """For each claimed coverage: the share of an unseen source's rows its band holds, source-balanced. Each source
     of ``sources`` (default: all) is scored by bands built without it from the leave-one-source-out rows of
     ``band_sources`` (default: all others) of its own regime, pooled over GPU families (a source whose regime has
-    fewer than :data:`MIN_BAND_SOURCES` others has no band and is not counted)."""
+    fewer than :data:`MIN_BAND_SOURCES` others has no band and is not counted; None where no source is)."""
     d = decompose()
     ratio = d.measured / loso_estimates()[0]
     sources = tuple(sorted(SOURCES)) if sources is None else sources
@@ -391,7 +399,7 @@ def calibration(claims: tuple[float, ...] = CLAIMS, sources: tuple[str, ...] | N
                 held.append(inside / n)
                 scored.append(k)
                 rows += n
-        out[f"{claim:.2f}"] = {"claimed": claim, "held": float(np.mean(held)) if held else float("nan"),
+        out[f"{claim:.2f}"] = {"claimed": claim, "held": float(np.mean(held)) if held else None,
                                "sources": scored, "points": rows}
     return out
 
@@ -515,5 +523,6 @@ def main(argv: list[str] | None = None) -> int:
     for name, key in (("every source", "band_calibration"), ("held-out sources, bands from the fit sources",
                                                                "band_coverage_held_out")):
         print(f"band calibration, {name}: " + ", ".join(
-            f"claimed {v['claimed']:.0%} held {v['held']:.0%}" for v in rep[key].values()))
+            f"claimed {v['claimed']:.0%} held " + ("no source" if v["held"] is None else f"{v['held']:.0%}")
+            for v in rep[key].values()))
     return 0

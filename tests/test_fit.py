@@ -196,3 +196,15 @@ def test_held_out_within_x1_5_on_70_percent_and_60_percent_source_balanced():
                    "bands widened by the spread between sources, not only within them")
 def test_the_80_percent_band_covers_70_to_90_percent_of_unseen_sources():
     assert 0.70 <= _rep()["band_calibration"]["0.80"]["held"] <= 0.90
+
+
+def test_deploy_engine_flag_is_checked_at_the_door(capsys):
+    args = ["deploy", "--model", "llama3-8b", "--gpu", "H100", "--context", "2048", "--batch", "1"]
+    assert main([*args, "--mode", "estimate", "--engine", "jit"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "jit" in err and "\n" not in err and "Traceback" not in err
+    assert main([*args, "--engine", "eager"]) == 2  # the simple estimate charges no engine costs
+    assert "--engine only with --mode estimate" in capsys.readouterr().err
+    assert main([*args, "--mode", "estimate", "--engine", "unknown"]) == 0
+    out = capsys.readouterr().out
+    assert "the unknown engine profile" in out and fit.band_sentence("tpot_ms", "unknown", "H100-SXM", 1) in out
