@@ -92,6 +92,13 @@ def fitted_bandwidth_fraction(gpu: Hardware) -> float:
     return fitted.BANDWIDTH_FRACTION.get(gpu_family(gpu), PRIOR_BANDWIDTH_FRACTION)
 
 
+def fitted_allreduce_scale(gpu: Hardware) -> float:
+    """The fitted speed of the tensor-parallel all-reduces on ``gpu``'s family, as a multiple of the modelled one
+    (:func:`allreduce_one_s` at the links' measured efficiency): the estimate divides their time by it (1 where no fit
+    source ran tensor parallelism on that family)."""
+    return fitted.ALLREDUCE_SCALE.get(gpu_family(gpu), 1.0)
+
+
 def fitted_gemm_scale(gpu: Hardware) -> float:
     """The fitted multiplier on the benchmark GEMM efficiency for ``gpu``'s family (1 where no source fitted it)."""
     return fitted.GEMM_SCALE.get(gpu_family(gpu), 1.0)
@@ -271,6 +278,8 @@ class Estimate:
     ``engine``: the engine profile, a key of :data:`ENGINES` (kernels it launches per layer from Python, its fixed
         time per step, its band class; "unknown" for an engine the registry does not know). An input, not a term:
         say which engine is priced.
+    ``allreduce_scale``: the all-reduces' speed as a multiple of the modelled one (their time is divided by it).
+        ``None`` (the default): fitted for the GPU's family on the fit sources (:func:`fitted_allreduce_scale`).
     ``accumulation``: what its 16-bit and FP8 GEMMs accumulate in, "fp32" (PyTorch's cuBLAS calls, cuBLASLt's FP8)
         or "fp16" (TinyChat's W4A16 GEMM, llama.cpp's cuBLAS path before 2025): on a GeForce card FP16
         accumulation runs at twice the rate (:func:`tensor_format`).
@@ -288,8 +297,13 @@ class Estimate:
     server_nics: bool = True
     engine: str = "graphs"
     accumulation: str = "fp32"
+    allreduce_scale: float | None = None
 
     def __post_init__(self) -> None:
+        if self.allreduce_scale is not None and not (isinstance(self.allreduce_scale, float | int)
+                                                     and 0 < self.allreduce_scale <= 10):
+            raise ValueError(f"allreduce_scale is a speed multiple in (0, 10] or None (fitted for each chip's family), "
+                             f"got {self.allreduce_scale!r}")
         for name in ("bandwidth_fraction", "prefill_mfu", "decode_mfu"):
             value = getattr(self, name)
             if value is None:
@@ -552,8 +566,8 @@ MODE_MEANINGS = {
                  "an achieved share of the datasheet's bandwidth and a scale on each chip's benchmark GEMM efficiency "
                  "in place of the MFU, both fitted by GPU family on the sources marked for fitting (or, where one is "
                  "given, an MFU per phase); the engine's profile: the kernels it launches one by one from Python "
-                 "times a fitted launch cost, and its fixed time per step, and FP16 accumulation where it uses it; the tensor-parallel all-reduces, over every "
-                 "network card of a server past one; prefill's causal attention FLOPs; other requests' prefill chunks "
+                 "times a fitted launch cost, and its fixed time per step, and FP16 accumulation where it uses it; the tensor-parallel all-reduces, their speed "
+                 "scaled by a factor fitted per GPU family, over every network card of a server past one; prefill's causal attention FLOPs; other requests' prefill chunks "
                  "riding in each decode step; and only the embedding rows a step's tokens look up read. Attention's "
                  "KV reads add, as in the simple estimate."),
     "floor": ("The physics at the datasheet's peak, with no efficiency factor: a step takes the larger of its bytes "
@@ -788,7 +802,9 @@ def allreduce_s(dep: Deployment, tokens: ArrayLike) -> np.ndarray:
     if dep.estimate is None or not dep.estimate.allreduce or n == 1:
         return np.zeros_like(x)
     message = x * dep.model.hidden_size * 2.0
-    return 2 * dep.model.num_layers * allreduce_one_s(dep.gpu, n, message, dep.estimate.server_nics)
+    scale = dep.estimate.allreduce_scale
+    scale = fitted_allreduce_scale(dep.gpu) if scale is None else scale
+    return 2 * dep.model.num_layers * allreduce_one_s(dep.gpu, n, message, dep.estimate.server_nics) / scale
 
 
 def attention_flops(model: ModelConfig, new_tokens: ArrayLike, cached: ArrayLike = 0) -> np.ndarray:

@@ -1,6 +1,7 @@
 """Fitting the estimate's free constants with a split, scoring them out of sample, and the calibrated error band.
 
-The estimate's free constants (:mod:`stage5.fitted`: achieved bandwidth and a GEMM-efficiency scale per GPU family,
+The estimate's free constants (:mod:`stage5.fitted`: achieved bandwidth, a GEMM-efficiency scale and an all-reduce
+speed scale per GPU family,
 the launch cost per kernel of eager engines, the fixed time per step of each graphs-engine class) are fitted on the
 published sources marked ``fit`` (:attr:`stage5.published.Source.split`) and frozen in :mod:`stage5.fitted`;
 ``python -m stage5 validate --refit`` recomputes them (:func:`fit_constants`) and prints them beside the frozen ones.
@@ -16,7 +17,7 @@ band. Its calibration (claimed coverage against the share of an unseen source's 
 :func:`calibration`.
 
 How a row is fitted fast: each priced row is split once into its steps, each step's bytes and FLOPs priced at unit
-efficiency (:func:`decompose`), so a step under any constants is max(weights / f, FLOPs / e) + KV / f + all-reduce,
+efficiency (:func:`decompose`), so a step under any constants is max(weights / f, FLOPs / e) + KV / f + all-reduce / r,
 or the host's launch time where longer, plus the fixed step time: the estimate's own step formula
 (:class:`stage5.cost.StepTime`), checked against :func:`stage5.validate.rows` by tests/test_fit.py.
 """
@@ -52,6 +53,7 @@ PRIOR_LAUNCH_S = 1 / 25.5 / 32 / 42
 FIT_GRIDS = {
     "bw": tuple(round(0.20 + 0.01 * i, 2) for i in range(81)),  # 0.20 to 1.00 of the datasheet's bandwidth
     "gemm": tuple(round(0.10 + 0.01 * i, 2) for i in range(151)),  # 0.10 to 1.60 x the benchmark efficiency
+    "ar": tuple(round(0.10 + 0.01 * i, 2) for i in range(141)),  # 0.10 to 1.50 x the link efficiency
     "launch": tuple(round(0.5e-6 * i, 8) for i in range(121)),  # 0 to 60 us per kernel
     "step": tuple(round(5e-5 * i, 6) for i in range(201)),  # 0 to 10 ms per step
 }
@@ -113,7 +115,8 @@ def decompose() -> Decomposed:
                                                 "ids")}
     for i, (point, metric) in enumerate(priced_metrics()):
         est = point_estimate(point)
-        unit = replace(est, bandwidth_fraction=1.0, prefill_mfu=1.0, decode_mfu=1.0, engine="unknown")
+        unit = replace(est, bandwidth_fraction=1.0, prefill_mfu=1.0, decode_mfu=1.0, engine="unknown",
+                       allreduce_scale=1.0)
         dep = cost.estimate_deployment(_deployment(point), unit)
         no_ar = cost.estimate_deployment(dep, replace(unit, allreduce=False))
         profile = cost.ENGINES[est.engine]
@@ -140,13 +143,14 @@ def frozen() -> dict[str, float]:
     """The frozen constants (:mod:`stage5.fitted`) as one flat dict: "bw:<family>", "gemm:<family>", "launch",
     "step:<class>"."""
     return {**{f"bw:{k}": v for k, v in fitted.BANDWIDTH_FRACTION.items()},
-            **{f"gemm:{k}": v for k, v in fitted.GEMM_SCALE.items()}, "launch": fitted.LAUNCH_S,
+            **{f"gemm:{k}": v for k, v in fitted.GEMM_SCALE.items()},
+            **{f"ar:{k}": v for k, v in fitted.ALLREDUCE_SCALE.items()}, "launch": fitted.LAUNCH_S,
             **{f"step:{k}": v for k, v in fitted.STEP_S.items()}}
 
 
 def _prior(name: str) -> float:
     kind = name.split(":")[0]
-    return {"bw": cost.PRIOR_BANDWIDTH_FRACTION, "gemm": 1.0, "launch": PRIOR_LAUNCH_S, "step": 0.0}[kind]
+    return {"bw": cost.PRIOR_BANDWIDTH_FRACTION, "gemm": 1.0, "ar": 1.0, "launch": PRIOR_LAUNCH_S, "step": 0.0}[kind]
 
 
 def _value(params: dict[str, float], name: str) -> float:
@@ -155,16 +159,18 @@ def _value(params: dict[str, float], name: str) -> float:
 
 def _vectors(params: dict[str, float], d: Decomposed) -> dict[str, np.ndarray | float]:
     """Each step's bandwidth share, GEMM scale and fixed step time under ``params``, and the launch cost."""
-    fam = {x: (_value(params, f"bw:{x}"), _value(params, f"gemm:{x}")) for x in set(d.family)}
+    fam = {x: (_value(params, f"bw:{x}"), _value(params, f"gemm:{x}"), _value(params, f"ar:{x}"))
+           for x in set(d.family)}
     steps = {x: _value(params, f"step:{x}") if x else 0.0 for x in set(d.step_class)}
     return {"f": np.array([fam[x][0] for x in d.family]), "g": np.array([fam[x][1] for x in d.family]),
+            "r": np.array([fam[x][2] for x in d.family]),
             "s": np.array([steps[x] for x in d.step_class]) + d.extra_step, "launch": _value(params, "launch")}
 
 
 def _rows_ms(v: dict[str, np.ndarray | float], d: Decomposed) -> np.ndarray:
     """Row estimates in ms from per-step vectors (each may carry a leading grid axis)."""
     e = np.minimum(1.0, d.e0 * v["g"])
-    t = np.maximum(np.maximum(d.m / v["f"], d.c / e) + d.k / v["f"] + d.a, d.kernels * v["launch"]) + v["s"]
+    t = np.maximum(np.maximum(d.m / v["f"], d.c / e) + d.k / v["f"] + d.a / v["r"], d.kernels * v["launch"]) + v["s"]
     t = np.atleast_2d(t * d.count)
     out = np.zeros((t.shape[0], len(d.measured)))
     np.add.at(out.T, d.row, t.T)
@@ -198,6 +204,7 @@ def free_constants(sources: tuple[str, ...], d: Decomposed | None = None) -> lis
     steps = np.isin(d.source[d.row], sources)
     families = sorted(set(d.family[steps]))
     names = [n for fam in families for n in (f"bw:{fam}", f"gemm:{fam}")]
+    names += [f"ar:{fam}" for fam in sorted(set(d.family[steps & (d.a > 0)]))]
     if np.any(d.kernels[steps] > 0):
         names.append("launch")
     names += [f"step:{c}" for c in sorted(set(d.step_class[steps]) - {""})]
@@ -222,7 +229,8 @@ def fit_constants(sources: tuple[str, ...] | None = None, d: Decomposed | None =
             if kind == "launch":
                 v["launch"] = grid[:, None]
             else:  # the grid replaces this constant on the steps it applies to
-                key, mine = {"bw": ("f", d.family), "gemm": ("g", d.family), "step": ("s", d.step_class)}[kind]
+                key, mine = {"bw": ("f", d.family), "gemm": ("g", d.family), "ar": ("r", d.family),
+                             "step": ("s", d.step_class)}[kind]
                 base = v[key] - (params[name] if kind == "step" else 0.0) * (mine == which)
                 v[key] = np.where(mine == which, grid[:, None] + (base if kind == "step" else 0.0), base)
             est = _rows_ms(v, d)[:, keep]
@@ -473,6 +481,7 @@ def format_constants(params: dict[str, float]) -> list[str]:
     out = []
     for name, value in sorted(params.items()):
         unit = {"bw": "of the datasheet's bandwidth", "gemm": "x the benchmark GEMM efficiency",
+                "ar": "x the all-reduce's link efficiency (time / this)",
                 "launch": "s per kernel launched from Python", "step": "s per step"}[name.split(":")[0]]
         out.append(f"  {name:<22} {value:.6g} {unit}")
     return out
