@@ -83,8 +83,11 @@ PRIOR_BANDWIDTH_FRACTION = 0.60
 
 
 def gpu_family(gpu: Hardware) -> str:
-    """The family whose fitted efficiencies ``gpu`` takes (:data:`GPU_FAMILY`; "other" for a GPU not listed)."""
-    return GPU_FAMILY.get(gpu.name, "other")
+    """The family whose fitted efficiencies ``gpu`` takes (:data:`GPU_FAMILY`; "other" for a GPU not listed). A
+    hypothetical variant of a registry chip (:func:`stage5.expert_parallel.hypothetical_domain` names it "<chip>
+    (NVLink domain of n)") keeps its chip's family, so a comparison that holds the chip fixed holds its efficiencies
+    fixed too."""
+    return GPU_FAMILY.get(gpu.name, GPU_FAMILY.get(gpu.name.split(" (")[0], "other"))
 
 
 def fitted_bandwidth_fraction(gpu: Hardware) -> float:

@@ -202,3 +202,13 @@ def test_deploy_engine_flag_is_checked_at_the_door(capsys):
     assert main([*args, "--mode", "estimate", "--engine", "unknown"]) == 0
     out = capsys.readouterr().out
     assert "the unknown engine profile" in out and fit.band_sentence("tpot_ms", "unknown", "H100-SXM", 1) in out
+
+
+def test_a_hypothetical_variant_of_a_chip_keeps_its_family_and_fitted_efficiencies():
+    from stage5.expert_parallel import hypothetical_domain
+
+    wide = hypothetical_domain("H100-SXM", 16)
+    h100 = cost.get_gpu("H100-SXM")
+    assert cost.gpu_family(wide) == cost.gpu_family(h100) == "hopper"
+    assert cost.fitted_allreduce_scale(wide) == cost.fitted_allreduce_scale(h100)
+    assert cost.gpu_family(cost.get_gpu("B200")) == "blackwell" and "blackwell" not in fitted.BANDWIDTH_FRACTION
