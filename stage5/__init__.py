@@ -6,10 +6,10 @@ Who may import whom, bottom floor first: a module imports from its own floor and
 one above, and never in a circle (``tests/test_imports.py`` reads this list and checks every import in the
 package, those inside functions included):
 
-1. ``inputs names hardware models calibration published`` - the doors, the registries, the calibration record;
+1. ``inputs names hardware models calibration published fitted`` - the doors, the registries, the calibration record;
 2. ``cost quantization routing levers scaling long_context drafters quant_numerics step_model deploy fleet
    kv_tiers expert_parallel`` - the cost model (one replica, and the fleet's routing, KV tiers and experts);
-3. ``svg_chart plots claims validate figures simulator_plots simulator bench_simulator cli`` - the book's
+3. ``svg_chart plots claims validate fit figures simulator_plots simulator bench_simulator cli`` - the book's
    figures and the simulator (its plots draw what it computes and never call it);
 4. ``engine/`` - the toy engine (torch): it knows nothing of calibrating, exercises or grading;
 5. ``calibrate`` - measures this machine by running the engine's hollow step and its roofline toy;

@@ -42,7 +42,7 @@ def main(argv: list[str] | None = None) -> int:
         from stage5.cli import deploy_main, model_main
         run = model_main if args.command == "model" else deploy_main
     elif args.command == "validate":
-        from stage5.validate import main as run
+        from stage5.fit import main as run
     elif args.command == "calibrate":
         from stage5.calibrate import main as run
     else:

@@ -157,6 +157,9 @@ def deploy_main(argv: list[str]) -> int:
                         help="simple: the course's formulas at --mfu (an estimate); estimate: plus the terms of "
                              "stage5.cost.Estimate; floor: the physics at the datasheet's peak, a lower bound "
                              "(earlier versions used 'floor' for the 50%%-MFU formulas, now 'simple')")
+    parser.add_argument("--engine", choices=list(cost.ENGINES), default=None,
+                        help="engine profile for --mode estimate (stage5.cost.ENGINES; default graphs; 'unknown' for an "
+                             "engine the registry does not know: no host cost and the widest band)")
     parser.add_argument("--price", type=inputs.arg_real(MIN_PRICE, MAX_PRICE, low_open=False,
                                                         why="USD per GPU-hour; list prices are a few dollars"),
                         default=cost.DEFAULT_PRICE_PER_GPU_HOUR, help=f"USD per GPU-hour, {MIN_PRICE:g} to {MAX_PRICE:g}")
@@ -172,8 +175,13 @@ def deploy_main(argv: list[str]) -> int:
             raise inputs.InputError(f"--mfu sets the simple estimate's MFU; --mode {args.mode} "
                                     + ("is at peak (MFU 1)" if args.mode == "floor" else "takes its MFUs from "
                                        "stage5.cost.Estimate") + ", so accepted: --mfu only with --mode simple")
+        if args.engine is not None and args.mode != "estimate":
+            raise inputs.InputError(f"--engine sets the estimate's engine profile; --mode {args.mode} charges no engine "
+                                    "costs, so accepted: --engine only with --mode estimate")
         mfu = cost.DEFAULT_MFU if args.mfu is None else args.mfu
         dep = cost.with_mode(deployment(model, args.gpu, args.gpus, args.weights, args.kv, mfu=mfu), args.mode)
+        if args.engine is not None:
+            dep = cost.estimate_deployment(dep, cost.Estimate(engine=args.engine))
         info = diagnose_deployment(dep, args.context, args.batch, args.prompt, args.price)
         text = inputs.dumps(info, indent=1)  # a NaN or infinity is a bug: say so, never print it
     except (ValueError, OSError, TypeError) as err:
@@ -200,12 +208,14 @@ def deploy_main(argv: list[str]) -> int:
         print("  (the floor: the physics at the datasheet's peak, full bandwidth and MFU 1, no communication, matmuls at "
               f"{info['tensor_format']}, the fastest format a kernel can use; no server runs faster)")
     else:
-        # the error band comes from the published measurements (about half a second of pricing)
-        from stage5 import validate
-        print(f"  (estimate mode: stage5.cost.Estimate's terms, a {dep.estimate.engine} engine, matmuls at "
+        # the calibrated band comes from the published measurements, each priced without its own source (stage5.fit)
+        from stage5 import fit
+        print(f"  (estimate mode: stage5.cost.Estimate's terms, the {dep.estimate.engine} engine profile, matmuls at "
               f"{info['tensor_format']})")
         for metric, label in (("tpot_ms", "TPOT"), ("ttft_ms", "TTFT")):
-            print(f"  {label} {info[metric]:.2f} ms: {validate.band_sentence(metric, dep.estimate.engine)}")
+            batch = args.batch if metric == "tpot_ms" else 1  # a TTFT is priced for one prompt
+            print(f"  {label} {info[metric]:.2f} ms: "
+                  f"{fit.band_sentence(metric, dep.estimate.engine, dep.gpu.name, batch)}")
     if model.sliding_window and args.context > model.sliding_window:
         print(f"  note: {_window_note(model)}")
     return 0

@@ -46,7 +46,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from stage5 import inputs
+from stage5 import fitted, inputs
 from stage5.hardware import MATMULS, TENSOR_FORMATS, GiB, Hardware, get_gpu
 from stage5.models import ModelConfig, get_model
 
@@ -69,33 +69,112 @@ MEMORY_POLICIES = ("fixed", "card", "free")
 
 
 # ------------------------------------------------------------------------------------------ estimate mode
+# GPU families: the fitted efficiencies (stage5.fitted) are per family, read from the architecture each datasheet names
+# (stage5.hardware). A family with no fit source keeps the priors (PRIOR_BANDWIDTH_FRACTION, a GEMM scale of 1) and
+# stage5.validate's band says so.
+GPU_FAMILY: dict[str, str] = {
+    "H100-SXM": "hopper", "H100-PCIe": "hopper", "H100-NVL": "hopper", "H200": "hopper", "GH200": "hopper",
+    "A100-40GB": "ampere", "A100-80GB": "ampere", "A10G": "ampere",
+    "L40S": "ada", "L4": "ada", "RTX-4090": "ada",
+    "MI300X": "cdna3", "MI325X": "cdna3", "MI250X": "cdna2",
+    "B200": "blackwell", "GB200-NVL72": "blackwell", "T4": "turing",
+}
+# The prior achieved bandwidth, before any fit: a production decode of a 70B model in BF16 on 8 x H100, profiled with
+# Nsight Compute, reached about 60% of peak bandwidth over all its kernels (mikamirai.com, "GPU Memory Bandwidth: What
+# Your Profiler Isn't Telling You", 2026). A family without a fit source keeps it.
+PRIOR_BANDWIDTH_FRACTION = 0.60
+
+
+def gpu_family(gpu: Hardware) -> str:
+    """The family whose fitted efficiencies ``gpu`` takes (:data:`GPU_FAMILY`; "other" for a GPU not listed). A
+    hypothetical variant of a registry chip (:func:`stage5.expert_parallel.hypothetical_domain` names it "<chip>
+    (NVLink domain of n)") keeps its chip's family, so a comparison that holds the chip fixed holds its efficiencies
+    fixed too."""
+    return GPU_FAMILY.get(gpu.name, GPU_FAMILY.get(gpu.name.split(" (")[0], "other"))
+
+
+def fitted_bandwidth_fraction(gpu: Hardware) -> float:
+    """Achieved over datasheet bandwidth for ``gpu``: its family's fitted share (:mod:`stage5.fitted`), or the prior."""
+    return fitted.BANDWIDTH_FRACTION.get(gpu_family(gpu), PRIOR_BANDWIDTH_FRACTION)
+
+
+def fitted_allreduce_scale(gpu: Hardware) -> float:
+    """The fitted speed of the tensor-parallel all-reduces on ``gpu``'s family, as a multiple of the modelled one
+    (:func:`allreduce_one_s` at the links' measured efficiency): the estimate divides their time by it (1 where no fit
+    source ran tensor parallelism on that family)."""
+    return fitted.ALLREDUCE_SCALE.get(gpu_family(gpu), 1.0)
+
+
+def fitted_gemm_scale(gpu: Hardware) -> float:
+    """The fitted multiplier on the benchmark GEMM efficiency for ``gpu``'s family (1 where no source fitted it)."""
+    return fitted.GEMM_SCALE.get(gpu_family(gpu), 1.0)
+
+
 @dataclass(frozen=True)
 class Engine:
-    """How an engine launches a forward pass, and what that costs beyond the kernels' own time.
+    """An engine profile: how an engine runs a forward pass, and what that costs beyond the kernels' own time.
 
-    ``host_s_per_layer``: the host's time to issue one layer's kernels. Launches are asynchronous, so the host's time
-    overlaps the GPU's: a pass takes the longer of the two (:attr:`StepTime.host_s`). ``source``: where it is
-    measured, or why nothing is charged."""
+    ``kernels_per_layer``: kernels the host launches one by one per layer (0 where CUDA graphs or a C++ runtime issue
+    the pass), counted from the engine's code; each costs :data:`stage5.fitted.LAUNCH_S` of host time. Launches are
+    asynchronous, so that time overlaps the GPU's: a pass takes the longer (:attr:`StepTime.host_s`).
+    ``step_class``: the fitted fixed time per step the GPU waits for (scheduling, sampling, output processing:
+    :data:`stage5.fitted.STEP_S`), or None; ``extra_step_s``: a cited fixed time added on top (not fitted).
+    ``band_class``: which error band prints with it ("graphs", "eager", or "unknown": the widest). ``source``: where
+    each figure comes from."""
 
     name: str
     examples: str
-    host_s_per_layer: float
+    kernels_per_layer: float
+    step_class: str | None
+    band_class: str
     source: str
+    extra_step_s: float = 0.0
+
+    @property
+    def host_s_per_layer(self) -> float:
+        """Host time to launch one layer's kernels: kernels per layer x the fitted launch cost."""
+        return self.kernels_per_layer * fitted.LAUNCH_S
+
+    @property
+    def step_s(self) -> float:
+        """Fixed time per step the GPU waits: the class's fitted figure plus any cited one."""
+        return (fitted.STEP_S[self.step_class] if self.step_class else 0.0) + self.extra_step_s
 
 
 ENGINES: dict[str, Engine] = {e.name: e for e in (
-    Engine("graphs", "vLLM, TensorRT-LLM, SGLang, LMDeploy's TurboMind, FasterTransformer, gpt-fast compiled: CUDA "
-           "graphs, or a C++ runtime, launch the pass", 0.0,
-           "nothing charged: no independent measurement of these engines' fixed cost per step was found for the "
-           "versions the course validates against (vLLM's own profile of its 0.5 scheduler, a 4 ms GPU bubble per "
-           "decode step, vllm-project/vllm#6854, predates the asynchronous output processing of 0.6), so this "
-           "profile flatters them"),
-    # PyTorch team, "Accelerating Generative AI with PyTorch II: GPT, Fast" (PyTorch blog, 2023-11-30), "Starting
-    # Point (25.5 tok/s)": a plain eager implementation of Llama 2 7B at batch 1 on an A100-80GB (330 W) is "heavily
-    # CPU overhead bound", the GPU waiting on the host's launches: 1 / 25.5 s per token over its 32 layers is 1.23 ms
-    # of host time per layer. One host, one framework version: a faster CPU issues faster.
-    Engine("eager", "Hugging Face transformers, TinyChat, plain PyTorch: one launch per kernel from Python",
-           1 / 25.5 / 32, "gpt-fast's eager baseline, CPU-bound at 25.5 tokens/s on Llama 2 7B (PyTorch blog, 2023)"),
+    Engine("graphs", "a CUDA-graphs or C++-runtime engine whose kind or version is not stated (vLLM's performance CI "
+           "build 9515)", 0, "python-graphs", "graphs",
+           "priced as the faster class of graphs engine (CUDA graphs launched from Python, output processing "
+           "overlapped): its fixed step time fitted (stage5.fitted.STEP_S)"),
+    Engine("cpp-runtime", "TensorRT-LLM (NIM's backend), LMDeploy's TurboMind, FasterTransformer: a C++ runtime "
+           "issues every kernel", 0, "cpp-runtime", "graphs",
+           "fixed time per step fitted on the fit sources run by such engines (stage5.fitted.STEP_S)"),
+    Engine("python-graphs", "gpt-fast compiled (torch.compile, mode reduce-overhead: CUDA graphs), vLLM 0.6 and later "
+           "(CUDA graphs; output processing overlapped with the next step, vllm-project/vllm#7049)", 0,
+           "python-graphs", "graphs", "fixed time per step fitted (stage5.fitted.STEP_S)"),
+    # vllm-project/vllm#6854 (RFC, 2024-07-26): in vLLM's 0.5 engine each decode step leaves "about 4ms of GPU bubble"
+    # while the CPU transfers the sampled tokens, detokenises, builds the next step's inputs and schedules. The
+    # asynchronous output processor (vllm-project/vllm#7049, merged 2024-08-27, in v0.6.0) overlaps part of it.
+    Engine("vllm-sync", "vLLM before 0.6 (output processing on the critical path)", 0, "python-graphs", "graphs",
+           "the fitted graphs step time plus vLLM's own profile of its 0.5 scheduler: about 4 ms of GPU bubble per "
+           "decode step (vllm-project/vllm#6854), cited, not fitted", extra_step_s=4e-3),
+    # Counted from transformers' modeling_llama.py (LlamaDecoderLayer, eager attention path): two RMSNorms of 8 kernels
+    # each (cast to FP32, pow, mean, add eps, rsqrt, multiply, cast back, weight), q/k/v projections (3), rotary on
+    # q and k (5 each: two products, neg and cat of rotate_half, add), the cache's two torch.cat, repeat_kv's two
+    # copies, attention (1) and its transpose copy (1), o_proj (1), two residual adds, the MLP's gate, up, SiLU,
+    # product and down (5): 42.
+    Engine("eager", "Hugging Face transformers, unfused (TinyChat's FP16 baseline): one launch per kernel from Python",
+           42, None, "eager", "42 kernels a layer counted from transformers' LlamaDecoderLayer; the launch cost "
+           "fitted (stage5.fitted.LAUNCH_S)"),
+    # Counted from llm-awq's tinychat/modules: fused_attn.py (QuantLlamaAttentionFused's decode branch: the fused QKV
+    # GEMV, one single_query_attention kernel doing rotary, cache write and attention, o_proj: 3), fused_norm.py (one
+    # kernel per RMSNorm: 2), fused_mlp.py (QuantLlamaMLP: gate and up GEMVs, SiLU, product, down_proj: 5), and the
+    # two residual adds: 12.
+    Engine("fused-eager", "TinyChat (AWQ W4A16): fused modules, still one launch per kernel from Python", 12, None,
+           "eager", "12 kernels a layer counted from llm-awq's tinychat/modules (fused_attn.py, fused_norm.py, "
+           "fused_mlp.py); the launch cost fitted on the unfused engine (stage5.fitted.LAUNCH_S)"),
+    Engine("unknown", "an engine the registry does not know", 0, None, "unknown",
+           "no host cost charged (its GPU work alone); printed with the widest band of any engine class"),
 )}
 
 # The best-shape matmul rate a benchmark reached on each GPU, as a share of the dense peak: Bekman's Maximum
@@ -140,6 +219,13 @@ def gemm_efficiency(gpu: Hardware, fmt: str) -> float:
     return share * LLM_SHAPE_SHARE
 
 
+def fitted_gemm_efficiency(gpu: Hardware, fmt: str) -> float:
+    """The estimate's GEMM efficiency: the benchmark figure (:func:`gemm_efficiency`, a matmul benchmark's best-shape
+    rate x a share derived from DeepGEMM's FP8 shapes on an H800, not a measurement of LLM serving) x the scale fitted
+    for the chip's family (:func:`fitted_gemm_scale`), at most 1."""
+    return min(1.0, gemm_efficiency(gpu, fmt) * fitted_gemm_scale(gpu))
+
+
 def gemm_s(gpu: Hardware, tokens: ArrayLike, n: int, k: int, fmt: str = "bf16/fp32",
            bandwidth_fraction: float = 0.60) -> np.ndarray:
     """The estimate's time for one GEMM of ``tokens`` x ``k`` activations by ``k`` x ``n`` weights in tensor format
@@ -162,15 +248,14 @@ class Estimate:
     """The terms a real server pays on top of the simple estimate. Every default comes from a source other than the
     published measurements it is checked against (:mod:`stage5.published`).
 
-    ``bandwidth_fraction``: achieved memory bandwidth over the datasheet's. 0.60: a production decode of a
-        70B model in BF16 on 8 x H100, profiled with Nsight Compute, reached about 60% of peak bandwidth over
-        all its kernels (mikamirai.com, "GPU Memory Bandwidth: What Your Profiler Isn't Telling You", 2026; its
-        per-kernel table ranges from 42% for KV-cache reads to 84% for coalesced matrix loads).
+    ``bandwidth_fraction``: achieved memory bandwidth over the datasheet's. ``None`` (the default): the share
+        fitted for the GPU's family on the fit sources (:func:`fitted_bandwidth_fraction`, :mod:`stage5.fitted`; a
+        family no fit source ran keeps the prior :data:`PRIOR_BANDWIDTH_FRACTION`, 0.60, from an Nsight Compute
+        profile of a production decode); a number fixes one share for every chip.
     ``prefill_mfu``, ``decode_mfu``: achieved over peak FLOP/s of the big matmuls. ``None`` (the default): the
-        measured GEMM efficiency of the chip and tensor format (:func:`gemm_efficiency`: the best-shape rate a
-        benchmark reached on that GPU, times the share of it an LLM's shapes reach); a number fixes one MFU for every
-        chip (``python -m stage5 validate --fitted`` does). Until issue 39 it was 0.40 everywhere, Llama 3 405B
-        training's 38-43% MFU on H100s (llama3herd2024).
+        chip's GEMM efficiency (:func:`fitted_gemm_efficiency`: a matmul benchmark's best-shape rate on that GPU,
+        times a share derived from DeepGEMM's FP8 shapes on an H800, times the scale fitted for its family); a
+        number fixes one MFU for every chip (``python -m stage5 validate --fitted`` does).
     ``additive_attention``: attention is its own kernel, bound by bandwidth at every batch, so its KV reads add
         to the step instead of overlapping the weight matmuls: KV / bandwidth + max(weights / bandwidth,
         linear FLOPs / FLOP/s) (Austin et al., "How to Scale Your Model", 2025, the inference chapter). The simple
@@ -196,14 +281,17 @@ class Estimate:
         (an embedding is a gather: PyTorch's ``nn.Embedding``, vLLM's ``VocabParallelEmbedding``); a table tied to
         the output head is still read whole by the head. Physics, not an efficiency: the floor
         (:func:`floor_deployment`) counts it too. The simple estimate charges the whole table, as the source does.
-    ``engine``: how the engine launches a forward pass, a key of :data:`ENGINES` ("graphs": CUDA graphs or a C++
-        runtime; "eager": one launch per kernel from Python). An input, not a term: say which engine is priced.
+    ``engine``: the engine profile, a key of :data:`ENGINES` (kernels it launches per layer from Python, its fixed
+        time per step, its band class; "unknown" for an engine the registry does not know). An input, not a term:
+        say which engine is priced.
+    ``allreduce_scale``: the all-reduces' speed as a multiple of the modelled one (their time is divided by it).
+        ``None`` (the default): fitted for the GPU's family on the fit sources (:func:`fitted_allreduce_scale`).
     ``accumulation``: what its 16-bit and FP8 GEMMs accumulate in, "fp32" (PyTorch's cuBLAS calls, cuBLASLt's FP8)
         or "fp16" (TinyChat's W4A16 GEMM, llama.cpp's cuBLAS path before 2025): on a GeForce card FP16
         accumulation runs at twice the rate (:func:`tensor_format`).
     """
 
-    bandwidth_fraction: float = 0.60
+    bandwidth_fraction: float | None = None
     prefill_mfu: float | None = None
     decode_mfu: float | None = None
     additive_attention: bool = True
@@ -215,16 +303,20 @@ class Estimate:
     server_nics: bool = True
     engine: str = "graphs"
     accumulation: str = "fp32"
+    allreduce_scale: float | None = None
 
     def __post_init__(self) -> None:
+        if self.allreduce_scale is not None and not (isinstance(self.allreduce_scale, float | int)
+                                                     and 0 < self.allreduce_scale <= 10):
+            raise ValueError(f"allreduce_scale is a speed multiple in (0, 10] or None (fitted for each chip's family), "
+                             f"got {self.allreduce_scale!r}")
         for name in ("bandwidth_fraction", "prefill_mfu", "decode_mfu"):
             value = getattr(self, name)
-            if value is None and name != "bandwidth_fraction":
-                continue  # the measured GEMM efficiency of each chip
+            if value is None:
+                continue  # fitted for each chip's family (stage5.fitted)
             if not (isinstance(value, float | int) and 0 < value <= 1):
-                raise ValueError(f"{name} is a fraction (0 < x <= 1)"
-                                 + (" or None (each chip's measured GEMM efficiency)" if name != "bandwidth_fraction"
-                                    else "") + f", got {value!r}")
+                raise ValueError(f"{name} is a fraction (0 < x <= 1) or None (fitted for each chip's family), "
+                                 f"got {value!r}")
         if self.engine not in ENGINES:
             raise ValueError(f"unknown engine {self.engine!r}; accepted: {', '.join(ENGINES)}")
         if self.accumulation not in ("fp32", "fp16"):
@@ -243,10 +335,11 @@ class Estimate:
         """Only the named terms at their defaults: the other switches off, the datasheet's bandwidth, and ``mfu``
         for any MFU not named. ``Estimate.only()`` is the source text's own step, max(weights + KV, FLOPs), with
         attention's KV reads overlapped; ``Estimate.only("additive_attention")`` prices decode as the simple
-        estimate does."""
+        estimate does. No engine costs are charged (the "unknown" profile)."""
         base = cls()
         off = cls(bandwidth_fraction=1.0, prefill_mfu=mfu, decode_mfu=mfu, additive_attention=False, allreduce=False,
-                  prefill_attention=False, mixed_step=False, embedding_lookup=False, server_nics=False)
+                  prefill_attention=False, mixed_step=False, embedding_lookup=False, server_nics=False,
+                  engine="unknown")  # no engine costs: the course's own step
         _check_terms(terms)
         return replace(off, **{t: getattr(base, t) for t in terms})
 
@@ -476,10 +569,11 @@ MODE_MEANINGS = {
                "prefill's causal attention FLOPs are counted, as in the floor; batching is perfect and tensor "
                "parallelism free. An estimate, not a bound, and never below the floor."),
     "estimate": ("The simple estimate with the costs a real server pays, each a term that can be switched off alone: "
-                 "an achieved share of the datasheet's bandwidth, measured elsewhere, and each chip's measured GEMM "
-                 "efficiency in place of the MFU (or, where one is given, an MFU per phase); the engine's host time per layer where it launches kernels one by "
-                 "one from Python, and FP16 accumulation where it uses it; the tensor-parallel all-reduces, over every "
-                 "network card of a server past one; prefill's causal attention FLOPs; other requests' prefill chunks "
+                 "an achieved share of the datasheet's bandwidth and a scale on each chip's benchmark GEMM efficiency "
+                 "in place of the MFU, both fitted by GPU family on the sources marked for fitting (or, where one is "
+                 "given, an MFU per phase); the engine's profile: the kernels it launches one by one from Python "
+                 "times a fitted launch cost, and its fixed time per step, and FP16 accumulation where it uses it; the tensor-parallel all-reduces, their speed "
+                 "scaled by a factor fitted per GPU family, over every network card of a server past one; prefill's causal attention FLOPs; other requests' prefill chunks "
                  "riding in each decode step; and only the embedding rows a step's tokens look up read. Attention's "
                  "KV reads add, as in the simple estimate."),
     "floor": ("The physics at the datasheet's peak, with no efficiency factor: a step takes the larger of its bytes "
@@ -580,18 +674,20 @@ class StepTime:
     overlaps neither: the attention kernel's KV reads in a decode step (the simple estimate and the estimate) and
     the all-reduces (the estimate); 0 in the floor, where everything overlaps. ``memory_s`` is then the weight
     reads alone, so ``bound`` says whether the weight matmuls wait on memory or on arithmetic. ``host_s``: the host's
-    time to launch the pass (estimate mode, :func:`host_s`), which the GPU's work hides unless it is longer."""
+    time to launch the pass (estimate mode, :func:`host_s`), which the GPU's work hides unless it is longer. ``fixed_s``:
+    the engine's fixed time per step that the GPU waits for (:func:`step_overhead_s`), added."""
 
     memory_s: np.ndarray
     compute_s: np.ndarray
     extra_s: np.ndarray | float = 0.0
     host_s: np.ndarray | float = 0.0
+    fixed_s: float = 0.0
 
     @property
     def time_s(self) -> np.ndarray:
         """The GPU's time, or the host's time to launch the pass where that is longer (an eager engine's small
-        steps: :data:`ENGINES`)."""
-        return np.maximum(np.maximum(self.memory_s, self.compute_s) + self.extra_s, self.host_s)
+        steps: :data:`ENGINES`), plus the engine's fixed time per step."""
+        return np.maximum(np.maximum(self.memory_s, self.compute_s) + self.extra_s, self.host_s) + self.fixed_s
 
     @property
     def compute_bound(self) -> np.ndarray:
@@ -607,17 +703,20 @@ class StepTime:
 def achieved_bandwidth(dep: Deployment) -> float:
     """Aggregate bandwidth the step is priced at: the datasheet's (floor, simple estimate), or its achieved
     fraction (estimate)."""
-    return dep.bandwidth * (dep.estimate.bandwidth_fraction if dep.estimate else 1.0)
+    if dep.estimate is None:
+        return dep.bandwidth
+    share = dep.estimate.bandwidth_fraction
+    return dep.bandwidth * (fitted_bandwidth_fraction(dep.gpu) if share is None else share)
 
 
 def achieved_flops(dep: Deployment, phase: str) -> float:
     """Aggregate FLOP/s of ``phase`` ("prefill" or "decode"): peak x ``dep.mfu`` (simple estimate) or x the
-    estimate's MFU for that phase (1 in the floor; ``None``: the chip's measured :func:`gemm_efficiency`)."""
+    estimate's MFU for that phase (1 in the floor; ``None``: the chip's :func:`fitted_gemm_efficiency`)."""
     if dep.estimate is None:
         return dep.flops
     fmt, peak = tensor_format(dep)
     mfu = dep.estimate.prefill_mfu if phase == "prefill" else dep.estimate.decode_mfu
-    return peak * (gemm_efficiency(dep.gpu, fmt) if mfu is None else mfu) * dep.num_gpus
+    return peak * (fitted_gemm_efficiency(dep.gpu, fmt) if mfu is None else mfu) * dep.num_gpus
 
 
 # The engine's own all-reduce inside one NVLink domain, as vLLM runs it (csrc/custom_all_reduce.cuh,
@@ -709,7 +808,9 @@ def allreduce_s(dep: Deployment, tokens: ArrayLike) -> np.ndarray:
     if dep.estimate is None or not dep.estimate.allreduce or n == 1:
         return np.zeros_like(x)
     message = x * dep.model.hidden_size * 2.0
-    return 2 * dep.model.num_layers * allreduce_one_s(dep.gpu, n, message, dep.estimate.server_nics)
+    scale = dep.estimate.allreduce_scale
+    scale = fitted_allreduce_scale(dep.gpu) if scale is None else scale
+    return 2 * dep.model.num_layers * allreduce_one_s(dep.gpu, n, message, dep.estimate.server_nics) / scale
 
 
 def attention_flops(model: ModelConfig, new_tokens: ArrayLike, cached: ArrayLike = 0) -> np.ndarray:
@@ -739,6 +840,14 @@ def host_s(dep: Deployment) -> float:
     return dep.model.num_layers * ENGINES[dep.estimate.engine].host_s_per_layer
 
 
+def step_overhead_s(dep: Deployment) -> float:
+    """The engine's fixed time per step that the GPU waits for (:attr:`Engine.step_s`), in estimate mode; 0 in the
+    floor and the simple estimate."""
+    if dep.estimate is None or is_floor(dep):
+        return 0.0
+    return ENGINES[dep.estimate.engine].step_s
+
+
 def decode_step(dep: Deployment, batch: ArrayLike = 1, context: ArrayLike = 0,
                 tokens_per_seq: ArrayLike = 1) -> StepTime:
     """Time of one decode step for ``batch`` sequences of ``context`` cached tokens each.
@@ -764,7 +873,8 @@ def decode_step(dep: Deployment, batch: ArrayLike = 1, context: ArrayLike = 0,
         step = StepTime(np.asarray(weights + kv), np.asarray(comp))
     else:
         step = StepTime(np.asarray(weights), np.asarray(comp), np.asarray(kv))
-    return replace(step, extra_s=step.extra_s + allreduce_s(dep, b * t), host_s=host_s(dep))
+    return replace(step, extra_s=step.extra_s + allreduce_s(dep, b * t), host_s=host_s(dep),
+                   fixed_s=step_overhead_s(dep))
 
 
 def decode_floor_s(dep: Deployment) -> float:
@@ -805,7 +915,7 @@ def prefill_step(dep: Deployment, prompt_tokens: ArrayLike, batch: ArrayLike = 1
     if counts_prefill_attention(dep):
         flops = flops + b * attention_flops(dep.model, p, s)
     comp = flops / achieved_flops(dep, "prefill")
-    return StepTime(np.asarray(mem), np.asarray(comp), allreduce_s(dep, tokens), host_s(dep))
+    return StepTime(np.asarray(mem), np.asarray(comp), allreduce_s(dep, tokens), host_s(dep), step_overhead_s(dep))
 
 
 def mixed_step(dep: Deployment, batch: ArrayLike, context: ArrayLike, chunk: ArrayLike,
@@ -822,7 +932,7 @@ def mixed_step(dep: Deployment, batch: ArrayLike, context: ArrayLike, chunk: Arr
     b = np.asarray(batch, dtype=float)
     return StepTime(np.asarray(dec.memory_s + c * dep.kv_bytes_per_token / achieved_bandwidth(dep)),
                     np.asarray(dec.compute_s + flops / achieved_flops(dep, "prefill")),
-                    dec.extra_s + allreduce_s(dep, b + c) - allreduce_s(dep, b), dec.host_s)
+                    dec.extra_s + allreduce_s(dep, b + c) - allreduce_s(dep, b), dec.host_s, dec.fixed_s)
 
 
 def mixed_tpot_s(dep: Deployment, concurrency: ArrayLike, prompt: ArrayLike, output: ArrayLike,

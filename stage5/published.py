@@ -173,23 +173,58 @@ class ServingPoint:
 
 @dataclass(frozen=True)
 class Source:
-    """Where a set of points was published, how it was run, and whether an estimate term was chosen or corrected
-    while looking at it (``in_sample``; :data:`stage5.validate.CHOSEN_AFTER_LOOKING` names the corrections).
-    ``memory_policy`` and ``max_running`` are the engine's, for the queueing rule (:func:`stage5.validate.queued`):
-    a request beyond them waits. ``profile`` and ``accumulation`` say how the engine runs (:class:`stage5.cost.Estimate`
-    ``engine`` and ``accumulation``): facts about the engine, read from its documentation or code, not fitted."""
+    """Where a set of points was published, how it was run, and which side of the split it is on: ``split`` is
+    "fit" (the estimate's free constants are fitted on its rows: :mod:`stage5.fitted`) or "held_out" (the fit never
+    sees it; every source added after a fit is held out until the next fit). The choice is documented at
+    :data:`SPLIT_REASONS`. ``memory_policy`` and ``max_running`` are the engine's, for the queueing rule
+    (:func:`stage5.validate.queued`): a request beyond them waits. ``profile`` and ``accumulation`` say how the engine
+    runs (:class:`stage5.cost.Estimate` ``engine`` and ``accumulation``): facts about the engine, read from its
+    documentation or code, not fitted."""
 
     key: str
     engine: str
     address: str
     version: str
     setup: str
-    in_sample: bool
+    split: str = "held_out"
     memory_policy: str = "fixed"
     max_running: int | None = None
-    profile: str = "graphs"  # how the engine launches a pass, a key of stage5.cost.ENGINES
+    profile: str = "unknown"  # the engine profile, a key of stage5.cost.ENGINES
     accumulation: str = "fp32"  # what its GEMMs accumulate in (stage5.cost.Estimate.accumulation)
     added_in: int = 29  # the issue that added the source; those added after the constants were last fixed are fresh
+
+    def __post_init__(self) -> None:
+        if self.split not in SPLIT:
+            raise ValueError(f"source {self.key!r}: split {self.split!r} is not known; accepted: {', '.join(SPLIT)}")
+
+    @property
+    def in_sample(self) -> bool:
+        """Whether the estimate's constants were fitted on this source (``split == "fit"``)."""
+        return self.split == "fit"
+
+
+SPLIT = ("fit", "held_out")
+# Why each source sits where it does (issue 47's first fit). Fit: one source per GPU family and engine class the free
+# constants need, the ones with the most settings varied: NIM (Hopper, a C++ runtime), gpt-fast (Ampere, CUDA graphs,
+# TP 1-8), LMDeploy and FasterTransformer (Ampere, C++ runtimes, batch and length sweeps, past one server), dstack
+# (the one MI300X source: without it MI300X keeps the priors), TinyChat's FP16 baseline (the one unfused eager
+# engine: it sets the launch cost). Held out: TensorRT-LLM 0.6's own tables, vLLM's CI, TinyChat's fused engine and
+# its TensorRT-LLM comparison, and every source added later: the engines and chips priced from what the fit learned
+# elsewhere.
+SPLIT_REASONS = {
+    "nim": "fit: Hopper FP8, a C++ runtime, five length pairs x concurrency",
+    "gpt-fast": "fit: Ampere BF16, CUDA graphs from Python, tensor parallelism 1-8 at batch 1",
+    "lmdeploy-a100": "fit: Ampere, a C++ runtime, batch and length sweeps, closed-loop clients",
+    "ft-530b": "fit: Ampere past one server, a C++ runtime",
+    "dstack-mi300x": "fit: the only MI300X source (held out, MI300X would keep the priors)",
+    "tinychat-fp16": "fit: the only unfused eager engine (sets the launch cost per kernel)",
+    "trtllm-0.6": "held out: TensorRT-LLM's own tables on three chips",
+    "vllm-ci": "held out: vLLM on H200, a chip no fit source ran",
+    "tinychat": "held out: fused eager engine, priced with the launch cost the unfused one set",
+    "tinychat-trtllm": "held out: TensorRT-LLM W4A16 on an RTX 4090",
+    "qwen-hf": "held out: added after the first fit (issue 47)",
+    "qwen-vllm": "held out: added after the first fit (issue 47)",
+}
 
 
 def _llama2(name: str, hidden: int, layers: int, heads: int, kv_heads: int, ffn: int) -> ModelConfig:
@@ -473,6 +508,27 @@ TINYCHAT_STREAMING_4090 = {"FP16": (21.49, 21.38, 23.51, 40.82, 47.15, 75.41, 16
 _TINYCHAT = "TinyChat README (llm-awq tinychat/README.md at d6e797a)"
 _TINYCHAT_TAGS = {"TensorRT-LLM": "trtllm", "TinyChat (Legacy)": "legacy", "TinyChat 2.0": "v2", "FP16": "fp16"}
 
+# ------------------------------------------------------------------------------------ added for issue 47
+# Added after the first fit with a split (stage5.fitted): held out. Qwen team, "Qwen2.5 Speed Benchmark"
+# (github.com/QwenLM/Qwen2.5, docs/source/benchmark/speed_benchmark.rst at 010c37c3): batch 1, generating 2,048 tokens
+# after inputs of 1, 6,144, 14,336 and 30,720 tokens, speed in tokens/s, on one A100 80GB; Hugging Face transformers
+# 4.46.0 (PyTorch 2.3.1, Flash Attention 2.5.8) and vLLM 0.6.3 (gpu_memory_utilization 0.9, max_model_len 32,768,
+# enforce_eager False: CUDA graphs). One request from prompt to its last token, so priced as a static batch of one:
+# 2,048 tokens / speed. Only Qwen2.5-0.5B-Instruct's BF16 rows are priced here: its shapes are checked (below); the
+# quantized rows use GPTQ/AWQ kernels whose formats the course prices differently, and the larger models' shapes were
+# not checked for this issue.
+QWEN25_05B = ModelConfig(
+    # Qwen/Qwen2.5-0.5B-Instruct config.json: vocab 151,936, hidden 896, 24 layers, 14 query heads of 64, 2 KV heads,
+    # SwiGLU FFN 4,864, bias on q, k and v, RMSNorm, output head tied to the embedding, 32,768 positions.
+    name="qwen2.5-0.5b", vocab_size=151936, hidden_size=896, num_layers=24, num_heads=14, num_kv_heads=2,
+    head_dim=64, intermediate_size=4864, qkv_bias=True, tie_embeddings=True, max_position_embeddings=32768)
+QWEN_SPEED_OUTPUT = 2048
+# {engine: ((input tokens, tokens/s), ...)}, BF16
+QWEN_SPEED_05B = {"transformers": ((1, 47.40), (6144, 47.45), (14336, 47.11), (30720, 47.16)),
+                  "vllm": ((1, 311.55), (6144, 304.79), (14336, 290.28), (30720, 264.51))}
+_QWEN_TABLES = {"transformers": "Transformer", "vllm": "vLLM"}
+_QWEN = "Qwen2.5 Speed Benchmark (QwenLM/Qwen2.5 docs/source/benchmark/speed_benchmark.rst at 010c37c3)"
+
 # Published rows the report cannot price, with the reason: (source key, row, reason).
 NOT_PRICED: tuple[tuple[str, str, str], ...] = (
     *(("ft-530b", f"TP 8 x PP 3, batch {b}, {i} in, {o} out: {pp} ms", "pipeline parallel with an unstated microbatch "
@@ -486,48 +542,60 @@ NOT_PRICED: tuple[tuple[str, str, str], ...] = (
       for name in TINYCHAT_UNPRICED_SYSTEMS),
     ("tinychat", "every Jetson Orin table", "no registry entry for the Jetson Orin"),
     ("tinychat", "every VILA and NVILA row", "vision-language models: their image tokens are not priced"),
+    *((key, "every GPTQ-Int8, GPTQ-Int4 and AWQ row", "GPTQ/AWQ kernels, not checked for this issue")
+      for key in ("qwen-hf", "qwen-vllm")),
+    *((key, "every row of Qwen2.5 1.5B to 72B", "model shapes not checked for this issue")
+      for key in ("qwen-hf", "qwen-vllm")),
 )
 
 SOURCES: dict[str, Source] = {s.key: s for s in (
     Source("nim", "NVIDIA NIM 1.8.0 (TensorRT-LLM)", "docs.nvidia.com/nim/benchmarking/llm/1.0.0/performance",
            "NIM 1.8.0, AIPerf", "Llama 3.3 70B FP8 on 2 x H100 (TP2), Llama 3.1 8B FP8 on 1 x H100; five prompt/output "
-           "pairs x concurrency 1-250", in_sample=True),
+           "pairs x concurrency 1-250", split="fit", profile="cpp-runtime"),
     Source("gpt-fast", "gpt-fast (PyTorch)", "github.com/pytorch-labs/gpt-fast README, 'Tensor Parallelism'",
            "README table", "Llama 2 7B/70B BF16 on A100-80GB (330 W), TP 1-8, batch 1, 5-token prompt",
-           in_sample=True),
+           split="fit", profile="python-graphs"),
     Source("trtllm-0.6", "TensorRT-LLM 0.6.1 (static batches)", "github.com/NVIDIA/TensorRT-LLM docs/source/performance.md",
            "v0.6.1 (L40S and first-token tables: v0.5)", "GPT-J 6B, Llama 2 7B/70B, Falcon 180B; FP8 on H100 and L40S, "
            "FP16 on A100 (throughput per GPU, as the page's later revision heads every table); batch 1-1,280, TP 1-8, "
-           "128/2,048 in and out; gptSessionBenchmark", in_sample=False,
-           memory_policy="free"),
+           "128/2,048 in and out; gptSessionBenchmark", memory_policy="free", profile="cpp-runtime"),
     Source("vllm-ci", "vLLM (performance CI)", "buildkite.com/vllm/performance-benchmark/builds/9515", "CI build 9515",
            "Llama 3.1 8B TP1, Llama 3 70B TP4, Mixtral 8x7B TP2, BF16 on H200; batch 8, 32 in, 128 out",
-           in_sample=False, memory_policy="card", max_running=256),
+           memory_policy="card", max_running=256, profile="graphs"),
     Source("dstack-mi300x", "vLLM 0.6.3 on ROCm (dstack)", "dstack.ai/blog/amd-mi300x-inference-benchmark; "
            "github.com/dstackai/benchmarks amd/inference/vllm/data/serving_benchmarks_vllm_80.txt",
            "vLLM 0.6.3.dev116, ROCm 6.1", "Llama 3.1 405B BF16 on 8 x MI300X (TP8), 80-token prompts, 1-4,096 "
-           "requests sent at once", in_sample=False, memory_policy="card", max_running=256),
+           "requests sent at once", split="fit", memory_policy="card", max_running=256, profile="python-graphs"),
     Source("lmdeploy-a100", "LMDeploy v0.1.0a1 (TurboMind)", "github.com/InternLM/lmdeploy docs/en/benchmark/a100_fp16.md "
            "(commit ebe90bc9)", "v0.1.0a1, CUDA 11.8", "Llama 2 7B/13B, InternLM 20B (TP2), Llama 2 70B (TP4), FP16 on "
            "A100-80GB; 1-64 clients in a closed loop, prompts 1/128/2,048, outputs 128/2,048; profile_generation.py",
-           in_sample=False),
+           split="fit", profile="cpp-runtime"),
     Source("ft-530b", "FasterTransformer v5.0 (static batches)", "github.com/NVIDIA/FasterTransformer docs/gpt_guide.md "
            "(commit a44c381)", "v5.0", "Megatron-530B FP16 on 16 and 32 A100-80GB (TP over two and four nodes, "
-           "InfiniBand 8 x 200 Gb/s per node); batch 1-256, 20/60/128 in, 8/20 out", in_sample=True),
+           "InfiniBand 8 x 200 Gb/s per node); batch 1-256, 20/60/128 in, 8/20 out", split="fit",
+           profile="cpp-runtime"),
     Source("tinychat-fp16", "FP16 baseline in TinyChat's benchmarks (Hugging Face's implementation)",
            "github.com/mit-han-lab/llm-awq tinychat/README.md (commit d6e797a)", "README of 2025-07-17",
            "Llama 3 8B, Llama 2 7B/13B, Vicuna 7B in FP16 on one RTX 4090 or A100, batch 1: decode latency with 4 "
            "context tokens, TTFT of 256-4,096-token prompts and of a 32-token question after a history",
-           in_sample=False, profile="eager", added_in=39),
+           split="fit", profile="eager", added_in=39),
     Source("tinychat", "TinyChat (AWQ W4A16, PyTorch)", "github.com/mit-han-lab/llm-awq tinychat/README.md "
            "(commit d6e797a)", "TinyChat 2.0 and the legacy release, README of 2025-07-17",
            "the same models with 4-bit AWQ weights (groups of 128) on one RTX 4090 or A100, batch 1; TinyChat 2.0 "
-           "keeps a chat's history in the KV cache", in_sample=False, profile="eager", accumulation="fp16",
+           "keeps a chat's history in the KV cache", profile="fused-eager", accumulation="fp16",
            added_in=39),
     Source("tinychat-trtllm", "TensorRT-LLM (W4A16), in TinyChat's comparison", "github.com/mit-han-lab/llm-awq "
            "tinychat/README.md (commit d6e797a), 'Comparison with Other Systems'", "README of 2025-07-17",
            "Llama 3 8B with 4-bit weight-only quantization on one RTX 4090: TTFT of 256-4,096-token prompts",
-           in_sample=False, added_in=39),
+           profile="cpp-runtime", added_in=39),
+    Source("qwen-hf", "Hugging Face transformers 4.46.0, in Qwen's speed benchmark", "github.com/QwenLM/Qwen2.5 "
+           "docs/source/benchmark/speed_benchmark.rst (commit 010c37c3)", "transformers 4.46.0, Flash Attention 2.5.8",
+           "Qwen2.5-0.5B-Instruct BF16 on one A100 80GB, batch 1, 2,048 tokens after 1-30,720 input tokens",
+           profile="eager", added_in=47),
+    Source("qwen-vllm", "vLLM 0.6.3, in Qwen's speed benchmark", "github.com/QwenLM/Qwen2.5 "
+           "docs/source/benchmark/speed_benchmark.rst (commit 010c37c3)", "vLLM 0.6.3 (CUDA graphs)",
+           "Qwen2.5-0.5B-Instruct BF16 on one A100 80GB, batch 1, 2,048 tokens after 1-30,720 input tokens",
+           profile="python-graphs", added_in=47),
 )}
 # vLLM's EngineArgs default max_num_seqs is 256 (vllm/engine/arg_utils.py, v0.5-0.6): past it requests wait.
 
@@ -586,6 +654,11 @@ SERVING_POINTS: tuple[ServingPoint, ...] = (
                    source_key="tinychat-trtllm" if name == "TensorRT-LLM" else "tinychat",
                    variant="legacy" if "Legacy" in name else "")
       for name, times in TINYCHAT_OTHERS_4090.items() for p, sec in zip(TINYCHAT_OTHERS_TOKENS, times, strict=True)),
+    *(ServingPoint(f"qwen-{engine}-qwen2.5-0.5b-A100-80GB-bf16-p{p}", QWEN25_05B, "A100-80GB", 1, "bf16", "bf16", 1,
+                   p, QWEN_SPEED_OUTPUT, None, None, f"{_QWEN}, table '0.5B ({_QWEN_TABLES[engine]})': BF16, input {p}, "
+                   f"{toks} tokens/s", batch_ms=1e3 * QWEN_SPEED_OUTPUT / toks,
+                   source_key="qwen-hf" if engine == "transformers" else "qwen-vllm")
+      for engine, table in QWEN_SPEED_05B.items() for p, toks in table),
     *(ServingPoint(f"tinychat-{_TINYCHAT_TAGS[name]}-llama3-8b-RTX-4090-history{h}", get_model("llama3-8b"), "RTX-4090", 1, "bf16" if name == "FP16" else "int4", "bf16",
                    1, h + TINYCHAT_QUESTION, 1, None, ms, f"{_TINYCHAT}, table 'Context Streaming', RTX 4090: {name}, "
                    f"history {h}, question {TINYCHAT_QUESTION}: {ms} ms", ms,

@@ -31,7 +31,8 @@ class TPBreakdown:
     """Decode step time at each GPU count, term by term (seconds; arrays over ``gpus``).
 
     ``weights_s`` and ``kv_s``: the weight and KV-cache reads at the achieved bandwidth; ``compute_s``: the
-    arithmetic; ``allreduce_s``: the two all-reduces per layer; ``tpot_s``: the step, as the cost model adds them.
+    arithmetic; ``allreduce_s``: the two all-reduces per layer; ``engine_s``: the engine's fixed time per step
+    (:func:`stage5.cost.step_overhead_s`); ``tpot_s``: the step, as the cost model adds them.
     """
 
     gpus: np.ndarray
@@ -40,6 +41,7 @@ class TPBreakdown:
     compute_s: np.ndarray
     allreduce_s: np.ndarray
     tpot_s: np.ndarray
+    engine_s: np.ndarray | None = None
 
     @property
     def best_gpus(self) -> int:
@@ -65,9 +67,10 @@ def tp_breakdown(model: str | ModelConfig, gpu: str | Hardware, gpus: Sequence[i
         step = cost.decode_step(dep, batch, context)
         rows.append((float(cost.weight_bytes_read(dep, batch)) / bw,
                      float(cost.kv_traffic_bytes(dep, batch, context)) / bw,
-                     float(step.compute_s), float(cost.allreduce_s(dep, batch)), float(step.time_s)))
-    w, kv, comp, ar, t = (np.array(col) for col in zip(*rows, strict=True))
-    return TPBreakdown(counts.astype(int), w, kv, comp, ar, t)
+                     float(step.compute_s), float(cost.allreduce_s(dep, batch)), float(step.time_s),
+                     cost.step_overhead_s(dep)))
+    w, kv, comp, ar, t, fixed = (np.array(col) for col in zip(*rows, strict=True))
+    return TPBreakdown(counts.astype(int), w, kv, comp, ar, t, fixed)
 
 
 def per_gpu_ridge(dep: cost.Deployment) -> float:

@@ -217,9 +217,9 @@ def to_html(out: SimOutputs, inputs: SimInputs | None = None) -> str:
                               f"{out.fleet_throughput:,.0f} output tokens/s in all{where}"))
     objective = inputs.objective if inputs else "cost"
     if inputs is not None and inputs.mode == "estimate":  # an estimate is shown with the error its validation gives
-        from stage5.validate import band_sentence
-        rows += [(f"{label} error band", band_sentence(metric)) for metric, label in (("tpot_ms", "TPOT"),
-                                                                                    ("ttft_ms", "TTFT"))]
+        from stage5.fit import band_sentence
+        rows += [(f"{label} error band", band_sentence(metric, gpu=inputs.gpu, batch=batch))  # a TTFT: one prompt
+                 for metric, label, batch in (("tpot_ms", "TPOT", inputs.concurrency), ("ttft_ms", "TTFT", 1))]
     rows += [(f"gain: {LEVER_LABELS[k]}", f"{v:.2f}x" + (" (best)" if k == out.best_lever else ""))
              for k, v in out.gains.items()]
     body = "".join(f"<tr><td>{html.escape(a)}</td><td>{html.escape(b)}</td></tr>" for a, b in rows)

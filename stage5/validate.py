@@ -51,7 +51,6 @@ TARGET_TTFT_WIDE = 0.7
 # these groups of settings and agree on the rest.
 LEVERS = {"batch": ("concurrency",), "format": ("weights", "kv"), "lengths": ("prompt", "output", "cached"),
           "model": ("model",), "gpus": ("num_gpus",), "gpu": ("gpu",)}
-BAND_COVERAGE = 0.8  # the error band an estimate is printed with covers this share of held-out points
 
 
 @dataclass(frozen=True)
@@ -310,68 +309,12 @@ def ratio_shares(table: list[Row]) -> dict[str, object]:
     return out
 
 
-# ------------------------------------------------------------------------------------ the estimate's error band
+# ------------------------------------------------------------------------------------ helpers
 def _weighted_quantile(values: np.ndarray, weights: np.ndarray, q: float) -> float:
     order = np.argsort(values)
     v, w = values[order], weights[order]
     cum = (np.cumsum(w) - 0.5 * w) / w.sum()
     return float(np.interp(q, cum, v))
-
-
-def error_bands(table: list[Row] | None = None, coverage: float = BAND_COVERAGE) -> dict[str, dict[str, object]]:
-    """For each metric and engine profile: the band of measured / estimate that ``coverage`` of the held-out points
-    fall in, each source weighing as much as any other (weighted quantiles at (1 - coverage) / 2 and
-    (1 + coverage) / 2), with the points and sources it rests on. Held out: the sources no estimate term was chosen
-    on (:attr:`stage5.published.Source.in_sample` False)."""
-    if not 0 < coverage < 1:
-        raise ValueError(f"coverage is a share strictly between 0 and 1, got {coverage!r}")
-    table = rows() if table is None else table
-    out: dict[str, dict[str, object]] = {}
-    for metric in METRICS:
-        for profile in cost.ENGINES:
-            part = [r for r in table if r.metric == metric and not SOURCES[r.source].in_sample
-                    and SOURCES[r.source].profile == profile]
-            if not part:
-                continue
-            sources = [r.source for r in part]
-            counts = {k: sources.count(k) for k in set(sources)}
-            weights = np.array([1 / counts[k] for k in sources])
-            ratio = np.array([1 / r.estimate_ratio for r in part])  # measured / estimate
-            out.setdefault(metric, {})[profile] = {
-                "low": _weighted_quantile(ratio, weights, (1 - coverage) / 2),
-                "high": _weighted_quantile(ratio, weights, (1 + coverage) / 2),
-                "coverage": coverage, "points": len(part), "sources": sorted(counts)}
-    return out
-
-
-_BANDS: dict[str, dict[str, object]] | None = None
-
-
-def error_band(metric: str, profile: str = "graphs") -> dict[str, object] | None:
-    """:func:`error_bands` for one metric and engine profile, computed once per process; None where no held-out
-    point has that metric and engine."""
-    global _BANDS
-    if metric not in METRICS:
-        raise ValueError(f"unknown metric {metric!r}; accepted: {', '.join(METRICS)}")
-    if profile not in cost.ENGINES:
-        raise ValueError(f"unknown engine {profile!r}; accepted: {', '.join(cost.ENGINES)}")
-    if _BANDS is None:
-        _BANDS = error_bands()
-    return _BANDS.get(metric, {}).get(profile)
-
-
-def band_sentence(metric: str, profile: str = "graphs") -> str:
-    """The sentence an estimate of ``metric`` is printed with: where held-out measurements of such engines fell
-    against such estimates (:func:`error_band`)."""
-    band = error_band(metric, profile)
-    label = METRICS[metric].split("/")[0]
-    if band is None:
-        return f"no published measurement of a {profile} engine's {label} was held out, so this estimate has no error band"
-    sources = band["sources"]
-    named = ", ".join(sources) if len(sources) <= 3 else f"{len(sources)} sources"
-    return (f"published {label} measurements of {profile} engines this course did not fit on came out at "
-            f"{band['low']:.2f}-{band['high']:.2f}x such estimates in {band['coverage']:.0%} of cases "
-            f"({band['points']} points from {named}, each source weighed alike)")
 
 
 def by_concurrency(report: dict[str, object], bands: dict[str, tuple[int, int]]) -> dict[str, tuple[int, float, float]]:
@@ -396,14 +339,28 @@ def summary(estimate: cost.Estimate | None = None) -> dict[str, object]:
             "floor_is_lower_bound": bool(all(r.floor <= r.measured for r in table)),
             "shares": shares(table),
             "sources": {k: {"engine": s.engine, "address": s.address, "version": s.version, "setup": s.setup,
-                            "in_sample": s.in_sample, "fresh": is_fresh(k), "profile": s.profile,
+                            "in_sample": s.in_sample, "split": s.split, "fresh": is_fresh(k), "profile": s.profile,
                             "accumulation": s.accumulation} for k, s in SOURCES.items()},
             "set_aside_queued": [p.id for p in excluded()],
             "not_priced": [{"source": k, "row": row, "reason": why} for k, row, why in NOT_PRICED],
             "static_batches_memory_model_rejects": [p.id for p in SERVING_POINTS if memory_disagrees(p)],
             "chosen_after_looking": after_looking(),
             "fresh_sources": sorted(k for k in SOURCES if is_fresh(k)),
-            "ratios": ratio_shares(table), "error_bands": error_bands(table)}
+            "ratios": ratio_shares(table), "below_floor": below_floor(table)}
+
+
+# A published row below the floor is below the physics: the hardware cannot run that fast, so the row is a source
+# error or a setting the source does not state (a cached prompt, a smaller model). validate flags such a row with the
+# reason instead of failing on it; none of the current sources has one.
+BELOW_FLOOR_REASON = ("published time below the floor (the datasheet's peak bandwidth and FLOP/s, every kernel "
+                      "overlapped): physically impossible as described, so a source error or an unstated setting")
+
+
+def below_floor(table: list[Row] | None = None) -> list[dict[str, object]]:
+    """The rows whose measurement sits below their floor, each with the floor / measured ratio and the reason."""
+    table = rows() if table is None else table
+    return [{"id": r.id, "metric": r.metric, "source": r.source, "measured": r.measured, "floor": r.floor,
+             "floor_ratio": r.floor_ratio, "reason": BELOW_FLOOR_REASON} for r in table if r.floor > r.measured]
 
 
 def after_looking() -> dict[str, dict[str, object]]:
@@ -631,8 +588,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  {name.replace('_', ' ')}: source-balanced {part['source_balanced']:.0%} of {part['pairs']} pairs")
     for source, got in ratios["by_source"].items():
         print(f"  {source:<16} {got['pairs']:>5} pairs  within 25%: {got['within_25pct']:>4.0%}")
-    print("error bands of the estimate (measured / estimate, held-out points):")
-    for metric, profiles in report["error_bands"].items():
-        for profile in profiles:
-            print(f"  {METRICS[metric]} ({profile}): {band_sentence(metric, profile)}")
+    for flag in report["below_floor"]:
+        print(f"below the floor: {flag['id']} ({flag['metric']}), floor / measured {flag['floor_ratio']:.2f}: "
+              f"{flag['reason']}")
     return 0

@@ -39,8 +39,9 @@ def test_tp_breakdown_divides_reads_by_n_and_adds_allreduces():
     kv_heads = get_model("llama3-8b").num_kv_heads
     assert bd.kv_s * np.minimum(n, kv_heads) == pytest.approx(np.full(len(GPUS), bd.kv_s[0]))
     assert bd.allreduce_s[0] == 0 and np.all(np.diff(bd.allreduce_s) > 0)
-    # estimate mode adds the KV kernel and the all-reduces to the larger roofline term
-    assert bd.tpot_s == pytest.approx(np.maximum(bd.weights_s, bd.compute_s) + bd.kv_s + bd.allreduce_s)
+    # estimate mode adds the KV kernel, the all-reduces and the engine's fixed step time to the larger roofline term
+    assert bd.engine_s == pytest.approx(np.full(len(GPUS), cost.ENGINES["graphs"].step_s)) and bd.engine_s[0] > 0
+    assert bd.tpot_s == pytest.approx(np.maximum(bd.weights_s, bd.compute_s) + bd.kv_s + bd.allreduce_s + bd.engine_s)
     assert bd.best_gpus == GPUS[int(np.argmin(bd.tpot_s))]
     assert 1 < bd.best_gpus < GPUS[-1]  # the all-reduces turn the curve up inside the sweep
 
