@@ -71,6 +71,11 @@ from stage5.hardware import Hardware
 LINKS = ("nvlink", "rdma", "pcie", *kv_tiers.TIERS)
 LINK_LABELS = {"nvlink": "NVLink (same domain)", "rdma": "RDMA network port per GPU", "pcie": "PCIe to the host",
                **{t: f"through {kv_tiers.TIER_LABELS[t]}" for t in kv_tiers.TIERS}}
+# DeepSeek-V3's serving units (DeepSeek-V3 Technical Report, arXiv 2412.19437, section 3.4, "Inference and
+# Deployment"): prefilling and decoding are separated; the prefilling stage's "minimum deployment unit ... consists of
+# 4 nodes with 32 GPUs", attention "TP4 with Sequence Parallelism (SP), combined with 8-way Data Parallelism (DP8)",
+# the MoE part "EP32"; the decoding stage's unit is "40 nodes with 320 GPUs" (stage5.published.DEEPSEEK_DECODE_GPUS).
+DEEPSEEK_PREFILL_GPUS, DEEPSEEK_PREFILL_ATTENTION_TP, DEEPSEEK_PREFILL_ATTENTION_DP = 32, 4, 8
 MAX_POOL_REPLICAS = 4096
 BIG = 2.0**40  # stands for "more sequences than any replica holds" where a rate cannot be kept up
 FIXED_POINT_ROUNDS = 200  # a contraction by the prefill's share of time per round: converged well before

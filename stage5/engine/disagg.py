@@ -168,7 +168,8 @@ class DisaggResult:
 
     def summary(self, ttft_target_s: float, tpot_target_s: float) -> dict:
         lat = latency_summary(list(self.times.values()), self.duration_s, ttft_target_s, tpot_target_s)
-        keys = ("ttft_p50", "ttft_p90", "ttft_p99", "tpot_p50", "tpot_p90", "tpot_p99", "itl_p99", "throughput",
+        keys = ("ttft_p50", "ttft_p90", "ttft_p99", "tpot_mean", "tpot_p50", "tpot_p90", "tpot_p99", "itl_p99",
+                "throughput",
                 "goodput", "good_share")
         return {**{k: lat[k] for k in keys}, "requests": len(self.times),
                 "tpot_samples": sum(t.tpot is not None for t in self.times.values()),
