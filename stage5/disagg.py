@@ -187,7 +187,7 @@ def md1_mean_s(rate: cost.ArrayLike, service_s: float) -> np.ndarray:
     r = inputs.reals(rate, "rate (per second)", low=0.0)
     d = inputs.positive(service_s, "service_s")
     load = r * d
-    with np.errstate(divide="ignore"):
+    with np.errstate(divide="ignore", over="ignore"):
         return np.where(load < 1, d + r * d * d / (2 * np.maximum(1 - load, 1e-300)), np.inf)
 
 
@@ -197,7 +197,7 @@ def md1_max_rate(service_s: float, target_s: float) -> float:
     d = inputs.positive(service_s, "service_s")
     t = inputs.real(target_s, "target_s", low=-math.inf)
     x = t / d - 1
-    return 0.0 if x < 0 else 2 * x / ((1 + 2 * x) * d)
+    return 0.0 if x < 0 else (1 - 1 / (1 + 2 * x)) / d  # 2x / (1 + 2x), kept finite when x overflows
 
 
 def prefill_rate(pool: Pool, mix: Mix, targets: Targets, link: str = "rdma", streamed: bool = True) -> float:

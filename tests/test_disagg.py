@@ -212,3 +212,38 @@ def test_impossible_pools_and_inputs_are_refused_in_one_line(make, says):
     with pytest.raises(ValueError) as excinfo:
         make()
     assert says in one_line(excinfo)
+
+
+HOSTILE = [None, "x", True, float("nan"), float("inf"), -1, 0, 1e-320, 1e300, [1, 2]]
+DOORS = {
+    "handoff_bytes": lambda v: disagg.handoff_bytes(ANCHOR, v),
+    "handoff_s": lambda v: disagg.handoff_s(ANCHOR, v),
+    "handoff_s link": lambda v: disagg.handoff_s(ANCHOR, 100, v),
+    "exposed_s prefill": lambda v: disagg.exposed_s(v, 1.0, 4),
+    "exposed_s transfer": lambda v: disagg.exposed_s(1.0, v, 4),
+    "exposed_s layers": lambda v: disagg.exposed_s(1.0, 1.0, v),
+    "exposed_s streamed": lambda v: disagg.exposed_s(1.0, 1.0, 4, v),
+    "md1_mean_s rate": lambda v: disagg.md1_mean_s(v, 0.5),
+    "md1_mean_s service": lambda v: disagg.md1_mean_s(1.0, v),
+    "md1_max_rate service": lambda v: disagg.md1_max_rate(v, 1.0),
+    "md1_max_rate target": lambda v: disagg.md1_max_rate(0.5, v),
+    "hiding_bandwidth": lambda v: disagg.hiding_bandwidth(ANCHOR, v),
+    "Pool": lambda v: disagg.Pool(ANCHOR, v, 1),
+    "Mix": lambda v: disagg.Mix(v, 10),
+    "Targets": lambda v: disagg.Targets(v, 1),
+    "best_split": lambda v: disagg.best_split(v, disagg.Pool(ANCHOR), disagg.Pool(ANCHOR, 1, 8), disagg.Mix(100, 10),
+                                              disagg.Targets(1, 1)),
+    "link_bandwidth": lambda v: disagg.link_bandwidth("rdma", v),
+}
+
+
+@pytest.mark.parametrize("door", DOORS)
+def test_hostile_values_answer_without_nan_or_refuse_in_one_line(door):
+    for value in HOSTILE:
+        try:
+            out = DOORS[door](value)
+        except (ValueError, TypeError) as err:
+            assert str(err) and "\n" not in str(err), (door, value)
+            continue
+        if isinstance(out, (float, np.ndarray)):
+            assert not np.any(np.isnan(np.asarray(out, dtype=float))), (door, value)
