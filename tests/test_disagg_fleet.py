@@ -99,3 +99,11 @@ def test_bench_refuses_a_fleet_without_decode_replicas(capsys):
         bench_main(["--replicas", "4", "--prefill", "4"])
     err = capsys.readouterr().err.strip()
     assert "--prefill" in err and len(err.splitlines()) == 1
+
+
+def test_a_request_no_replica_can_hold_is_refused_before_serving(tiny):
+    model, cfg = tiny
+    big = Request(0, tuple(i % 256 for i in range(400)), 200, 10, 0.0)  # 600 slots; the pool holds 512
+    with pytest.raises(ValueError) as excinfo:
+        E.serve(model, cfg, CAL, [big], E.DisaggConfig(replicas=2, prefill_replicas=1, **SMALL))
+    assert "K/V slots" in str(excinfo.value) and "\n" not in str(excinfo.value)

@@ -193,6 +193,12 @@ def serve(model, cfg, cal, requests: list[Request], config: DisaggConfig) -> Dis
     link = toy_link_bandwidth(cal, config.link, config.gpu)
     per_token = ROOFLINE_TOY.kv_bytes_per_token(BYTES_PER_NUMBER)
     layers = ROOFLINE_TOY.num_layers
+    slots = config.num_blocks * config.block_size
+    longest = max(requests, key=lambda r: r.max_len)
+    if longest.max_len > slots:
+        raise inputs.InputError(f"request {longest.id} may need {longest.max_len} K/V slots, but a replica's pool holds "
+                                f"{slots} ({config.num_blocks} blocks of {config.block_size}); accepted: a larger pool "
+                                "(num_blocks) or shorter requests")
     originals = {r.id: r for r in requests}
     if len(originals) != len(requests):
         raise inputs.InputError("request ids must be unique; accepted: one id per request")
