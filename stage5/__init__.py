@@ -8,7 +8,8 @@ package, those inside functions included):
 
 1. ``inputs names hardware models calibration published fitted`` - the doors, the registries, the calibration record;
 2. ``cost quantization routing levers scaling long_context drafters quant_numerics step_model deploy fleet
-   kv_tiers expert_parallel`` - the cost model (one replica, and the fleet's routing, KV tiers and experts);
+   kv_tiers expert_parallel disagg`` - the cost model (one replica, and the fleet's routing, KV tiers, experts and
+   disaggregated pools);
 3. ``svg_chart plots claims validate fit figures simulator_plots simulator bench_simulator cli`` - the book's
    figures and the simulator (its plots draw what it computes and never call it);
 4. ``engine/`` - the toy engine (torch): it knows nothing of calibrating, exercises or grading;

@@ -18,7 +18,7 @@ def main(argv: list[str] | None = None) -> int:
     sub.add_parser("model", help="parameters, weight bytes and KV bytes per token of a config.json", add_help=False)
     sub.add_parser("deploy", help="diagnose a deployment: TTFT, TPOT, bound, max concurrency, $/M tokens",
                    add_help=False)
-    sub.add_parser("bench", help="serve a seeded workload through the toy engines (bench [prefix|spec|roofline|load|fleet]; bench book times the chapters)",
+    sub.add_parser("bench", help="serve a seeded workload through the toy engines (bench [prefix|spec|roofline|load|fleet|disagg]; bench book times the chapters)",
                    add_help=False)
     sub.add_parser("calibrate", help="measure this CPU for the toy engine's step-time model (cached per machine)",
                    add_help=False)

@@ -81,7 +81,8 @@ def kv_transfer_s(dep: cost.Deployment, prompt: cost.ArrayLike, link_bytes_per_s
     # from a 10 Mb/s link to 1 PB/s, past any network port or NVLink (1.8 TB/s per GPU on Blackwell)
     inputs.real(link_bytes_per_s, "link_bytes_per_s", low=1e6, high=1e15,
                 accepted="a positive bandwidth in [1e6, 1e15] bytes/s")
-    return p * dep.kv_bytes_per_token / (link_bytes_per_s * dep.num_gpus)
+    # the bytes the prompt holds (a sliding window's layers stop at the window): chapter 14's hand-off bytes
+    return cost.kv_bytes_per_sequence(dep, p) / (link_bytes_per_s * dep.num_gpus)
 
 
 # Every public function above refuses a wrong record (a string where a Deployment goes) in one sentence.

@@ -110,6 +110,10 @@ def main(argv: list[str] | None = None) -> int:
         from stage5.engine.bench_fleet import main as fleet_main
 
         return fleet_main(argv[1:])
+    if argv and argv[0] == "disagg":
+        from stage5.engine.bench_disagg import main as disagg_main
+
+        return disagg_main(argv[1:])
     if argv and argv[0] == "roofline":
         from stage5.engine.bench_roofline import main as roofline_main
 

@@ -91,6 +91,9 @@ class Engine:
             self.alloc = ContiguousAllocator(num_slots)
         self.pool = KVPool(cfg, num_slots, next(model.parameters()).dtype)
         self.scheduler = Scheduler(self.alloc, max_batch, static=scheduler == "static", token_budget=token_budget)
+        # called with each finished sequence while its K/V blocks are still its own (a disaggregated fleet's prefill
+        # replica copies them out here: stage5.engine.disagg)
+        self.on_retire: Callable[[Sequence], None] | None = None
 
     # The queues live in the scheduler; these names let a reader (or a chapter) look at them on the engine.
     @property
@@ -144,6 +147,28 @@ class Engine:
         self._requests.append(request)
         self.recorder.add(request)
 
+    def adopt(self, request: Request, first_token: int, kv: torch.Tensor, now: float) -> bool:
+        """Take over a request whose prompt another engine prefilled (a disaggregated fleet's decode replica):
+        ``kv`` holds its prompt's K/V, ``[layers, 2, prompt tokens, kv_heads, head_dim]``, and ``first_token`` the
+        token that prefill sampled. Its blocks are allocated here and the K/V written into them (the block table is
+        this pool's own), and it joins the running batch at ``now``; returns False, changing nothing, when no seat or
+        no room is free. A preempted adopted sequence is recomputed here, as any other."""
+        seq = Sequence(request)
+        seq.tokens.append(first_token)
+        expected = (self.cfg.num_layers, 2, len(request.prompt), self.cfg.num_kv_heads, self.cfg.head_dim)
+        if tuple(kv.shape) != expected:
+            raise ValueError(f"request {request.id}: K/V of shape {tuple(kv.shape)}, expected {expected}")
+        self.check_fits(request)
+        if not self.scheduler.adopt(seq):
+            return False
+        slots = self.alloc.slots(seq, torch.arange(len(request.prompt)))
+        self.pool.data[:, :, slots] = kv.to(self.pool.data.dtype)
+        seq.num_cached = len(request.prompt)
+        self._requests.append(request)
+        self.recorder.add(request)
+        self.recorder.times[request.id].admitted = now
+        return True
+
     @property
     def done(self) -> bool:
         """Nothing queued, waiting or running."""
@@ -177,7 +202,7 @@ class Engine:
             seq.tokens.append(token)
             rec.sampled(seq, row, clock.now, len(rec.log) + 1)
         rec.occupancy(sched.running, self.alloc)
-        finished = sched.retire(s for s, _ in sampled)
+        finished = sched.retire((s for s, _ in sampled), self.on_retire)
         for seq in finished:
             rec.finished(seq, clock.now)
         record = StepRecord(

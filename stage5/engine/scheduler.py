@@ -144,10 +144,28 @@ class Scheduler:
         batch = [s for s in self.running if grant[id(s)] > 0]
         return batch, [grant[id(s)] for s in batch]
 
-    def retire(self, seqs: Iterable[Sequence]) -> list[Sequence]:
-        """Finished sequences leave the batch and give their memory back; returns them."""
+    def retire(self, seqs: Iterable[Sequence], before_release: Callable[[Sequence], None] | None = None
+               ) -> list[Sequence]:
+        """Finished sequences leave the batch and give their memory back; returns them. ``before_release`` sees each
+        while its blocks are still its own (a prefill replica copies the K/V out to hand it on)."""
         done = [s for s in seqs if s.finished]
         for seq in done:
             self.running.remove(seq)
+            if before_release is not None:
+                before_release(seq)
             self.alloc.release(seq)
         return done
+
+    def adopt(self, seq: Sequence) -> bool:
+        """Seat a sequence whose prompt was prefilled elsewhere (its K/V arrives with it): blocks for every token it
+        holds, straight into ``running``, if a seat and the admission policy allow; returns whether it was seated.
+        The caller writes the K/V into the blocks and sets ``num_cached``."""
+        if len(self.running) >= self.max_batch or not self.policy(seq, self.running):
+            return False
+        checks.unique_ids([seq.request])
+        if seq.id in self._ids:
+            raise ValueError(f"request id {seq.id} appears more than once; accepted: unique ids")
+        self._ids.add(seq.id)
+        self.alloc.admit(seq)
+        self.running.append(seq)
+        return True
