@@ -100,7 +100,8 @@ def _steps(dep: cost.Deployment, point: ServingPoint, metric: str) -> list[tuple
         return [(1, cost.mixed_step(dep, c, p + o / 2, chunk, p / 2))]
     if metric == "ttft_ms":  # stage5.cost.ttft_s
         hit = point.cached / point.prompt
-        return [(1, cost.prefill_step(dep, max(1.0, float(np.round(point.prompt * (1 - hit))))))]
+        computed = max(1.0, float(np.round(point.prompt * (1 - hit))))
+        return [(1, cost.prefill_step(dep, computed, cached=point.prompt - computed))]
     prompt, output, batch = point.prompt, point.output, point.concurrency  # stage5.validate.batch_s
     return [(1, cost.prefill_step(dep, prompt, batch)),
             (output - 1, cost.decode_step(dep, batch, prompt + output / 2))]
