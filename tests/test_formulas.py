@@ -29,6 +29,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.test_predictions import _glued_values
+
 ROOT = Path(__file__).resolve().parents[1]
 CHAPTERS = sorted(p.stem for p in (ROOT / "book").glob("[0-9][0-9]_*.ipynb"))
 DISPLAYED = re.compile(r"\$\$(.*?)\$\$", re.S)
@@ -206,17 +208,6 @@ def test_a_check_reads_what_its_page_shows(key):
             page, _, bare = gid.rpartition("::")
             pasted = re.search(r"\{glue(?::\w+)?\}`(?:[\w.]+::)?" + re.escape(bare) + r"[:`]", _markdown(page or name))
             assert pasted, f"{name}: {check.what!r} reads {gid!r}, which its page does not show"
-
-
-def _glued_values(executed: Path, doc: str) -> dict[str, float]:
-    path = executed / f"{doc}.glue.json"
-    values = {}
-    for gid, out in (json.loads(path.read_text()).items() if path.exists() else ()):
-        try:
-            values[gid] = float(out.get("data", {}).get("text/plain"))
-        except (TypeError, ValueError):
-            pass  # a glued sentence or figure, not a number
-    return values
 
 
 def _page_values(executed: Path, name: str) -> dict[str, float]:
