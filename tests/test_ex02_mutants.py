@@ -36,6 +36,7 @@ BY_PROBE_OR_TOKENS = {
     "contiguous tail off by one", "contiguous slots off by one", "paged release keeps the table",
     "paged slots ignore the table", "paged blocks_for off by one", "serve victim keeps num_cached",
     "static spins when stuck", "serve spins when stuck",  # check_stuck probes these directly
+    "static serves the notebook's model", "serve serves the notebook's model",  # the tokens show these
 }
 
 
@@ -80,7 +81,7 @@ def _hidden_serving_runs() -> list[tuple[Any, ...]]:
     runs: list[tuple[Any, ...]] = []
 
     def record(label, kernel, function, cache, workload, allocator, num_blocks, block_size, max_batch, continuous,
-               stuck=False, refusals=None):
+               stuck=False, refusals=None, model_seed=0):  # the schedule does not depend on the model
         runs.append((function, cache, workload, allocator, num_blocks, block_size, max_batch, continuous, refusals))
         return {"trace": []}
 
