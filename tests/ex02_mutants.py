@@ -125,6 +125,10 @@ MUTANTS: list[Mutant] = [
     ("attention in float32", "paged_kv_answer",
      [("weights, values))", "weights.float(), values.float()).to(q.dtype))")], "in the dtype of q"),
     ("attention across sequences", "paged_kv_answer", [(_ATTEND_LOOP, _FLATTENED)], "its own sequence's context only"),
+    ("attention scales q in place", "paged_kv_answer",
+     [("        group = q.shape[1] // k.shape[1]\n", "        group = q.shape[1] // k.shape[1]\n        q *= q.shape[-1] ** -0.5\n"),
+      ('q[start:start + n], keys) / q.shape[-1] ** 0.5', "q[start:start + n], keys)")],
+     "attend may change q, k and v in place"),
     ("attention does not store", "paged_kv_answer", [("store[0, written], store[1, written] = k, v", "pass  # nothing stored")],
      "store k and v at the new slots"),
     # --- P1c: the static loop
@@ -274,4 +278,4 @@ MUTANTS: list[Mutant] = [
 #: block, and with the cache that says no (stage5.grading.ex02.refusing) each release ends one refusal. (Making room
 #: newest first changes nothing with an honest cache, but the cache that says no shows it: the newest asks first.)
 EQUIVALENT = {"allocator takes the newest free block", "allocator returns blocks to the front",
-              "serve one victim then grow"}
+              "serve one victim then grow", "attention scales q in place"}

@@ -128,6 +128,27 @@ def test_reusing_the_newest_free_block_gets_full_marks():
     assert inprocess.first_failure(mutated("allocator returns blocks to the front")) is None
 
 
+def test_attention_that_changes_its_inputs_in_place_gets_full_marks():
+    """The text lets attend() change q, k and v in place (scaling q, say): the visible test and the hidden check give
+    it copies, so such an attention passes both."""
+    import torch
+
+    sources = mutated("attention scales q in place")
+    ns = inprocess.namespace(sources)
+    src = next(s for g, s, _ in inprocess.cells() if g == "p1_attention")
+    visible = inprocess.HIDDEN.sub("", src)
+    assert "_kv.attend(0, _q.clone(), _k.clone(), _v.clone())" in visible
+    with contextlib.redirect_stdout(io.StringIO()):
+        exec(compile(visible, "<visible p1_attention>", "exec"), dict(ns))  # noqa: S102 - our own test cell
+    assert inprocess.run_hidden(ns, "p1_attention") is None
+    cfg = ns["model"].cfg  # and the variant does change its input: without the copies it would fail
+    kv = ns["PagedKV"](cfg, 4, torch.float64)
+    kv.plan([torch.tensor([0])], [torch.tensor([0])])
+    q = torch.ones(1, cfg.num_heads, cfg.head_dim, dtype=torch.float64)
+    kv.attend(0, q, *(torch.ones(1, cfg.num_kv_heads, cfg.head_dim, dtype=torch.float64) for _ in range(2)))
+    assert not torch.equal(q, torch.ones_like(q))
+
+
 @pytest.mark.parametrize("where", ["solutions", "exercises"])
 def test_docstrings_state_the_rules_word_for_word(where):
     """Every skeleton docstring of the rule table (stage5.grading.ex02.RULES) says exactly what the table says, in the

@@ -863,7 +863,8 @@ def _probe_attention(label: str, cls: Any, case: Mapping[str, Any]) -> dict[str,
         store = cls(cfg, num_slots, dtype)
         store.data[1, :, old] = old_kv
         store.plan(news, contexts)
-        out = store.attend(1, q[rows], k[rows], v[rows])
+        # copies: attend may change its inputs in place (the text allows it), and q, k, v are read again below
+        out = store.attend(1, q[rows].clone(), k[rows].clone(), v[rows].clone())
         written = torch.cat(news)
         stored = bool(torch.equal(store.data[1, 0, written], k[rows]) and torch.equal(store.data[1, 1, written], v[rows]))
         return out, stored
@@ -1020,7 +1021,8 @@ RULES: dict[str, str] = {
     "PagedKV.attend":
         "Store k and v at this step's new slots, then return, in the dtype of q, each new token's attention over "
         "its own sequence's context only: a token at position p sees positions 0 .. p (causal), the scores are "
-        "scaled by 1 / sqrt(head_dim), and query head h reads key-value head h // (heads // kv_heads).",
+        "scaled by 1 / sqrt(head_dim), and query head h reads key-value head h // (heads // kv_heads). It may change "
+        "q, k and v in place: nothing reads them after the call.",
     "serve_static":
         "Serve `requests` in order, one batch at a time: a batch is admitted only when nothing is running (from "
         "the head of the queue, never skipping it, while fewer than max_batch run and cache.can_admit(head, "
