@@ -242,4 +242,3 @@ def test_every_parameter_mutant_fails_a_graded_cell(rule, gid, old, new):
     assert src.count(old) == 1, f"the mutant {rule!r} no longer applies: {old!r} is not in {gid} once"
     mutated = [(g, s.replace(old, new) if g == gid else s, m) for g, s, m in cells]
     assert _fails_a_check({"__name__": "__answers__"}, mutated), f"no graded ex01 cell catches: {rule}"
-    assert not _fails_a_check({"__name__": "__answers__"}, cells), "the reference itself fails a graded cell"
