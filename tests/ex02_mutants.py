@@ -125,6 +125,10 @@ MUTANTS: list[Mutant] = [
     ("attention in float32", "paged_kv_answer",
      [("weights, values))", "weights.float(), values.float()).to(q.dtype))")], "in the dtype of q"),
     ("attention across sequences", "paged_kv_answer", [(_ATTEND_LOOP, _FLATTENED)], "its own sequence's context only"),
+    ("attention scales q in place", "paged_kv_answer",
+     [("        group = q.shape[1] // k.shape[1]\n", "        group = q.shape[1] // k.shape[1]\n        q *= q.shape[-1] ** -0.5\n"),
+      ('q[start:start + n], keys) / q.shape[-1] ** 0.5', "q[start:start + n], keys)")],
+     "attend may change q, k and v in place"),
     ("attention does not store", "paged_kv_answer", [("store[0, written], store[1, written] = k, v", "pass  # nothing stored")],
      "store k and v at the new slots"),
     # --- P1c: the static loop
@@ -140,6 +144,12 @@ MUTANTS: list[Mutant] = [
     ("static keeps finished memory", "static_answer",
      [("                running.remove(seq)\n                cache.release(seq)\n", "                running.remove(seq)\n")],
      "a finished sequence gives its memory back"),
+    ("static never retires in an admission step", "static_answer",
+     [("            if seq.finished:\n                running.remove(seq)", "            if seq.finished and not admitted:\n                running.remove(seq)")],
+     "a sequence that is finished once its new token is appended leaves at once, in its admission step too"),
+    ("static serves the notebook's model", "static_answer",
+     [("next_tokens = forward_step(model, pool, batch, cache)", "next_tokens = forward_step(globals()['model'], pool, batch, cache)")],
+     "a step is forward_step(model, ...) with the model the loop is given"),
     ("static spins when stuck", "static_answer",
      [('            raise RuntimeError("nothing running and nothing can be admitted")', "            continue")],
      "RuntimeError when stuck"),
@@ -243,6 +253,14 @@ MUTANTS: list[Mutant] = [
      "admit while the head fits"),
     ("serve admitted flag always", "serve_answer", [("meter.step(batch, cache, admitted)", "meter.step(batch, cache, True)")],
      "admitted is true only in a step that admitted someone"),
+    ("serve never retires in an admission step", "serve_answer",
+     [("            if seq.finished:\n                running.remove(seq)", "            if seq.finished and seq not in admitted_now:\n                running.remove(seq)"),
+      ("                running.append(seq)\n                admitted = True\n", "                running.append(seq)\n                admitted = True\n                admitted_now.append(seq)\n"),
+      ("        admitted = False\n", "        admitted, admitted_now = False, []\n")],
+     "a sequence that is finished once its new token is appended leaves at once, in its admission step too"),
+    ("serve serves the notebook's model", "serve_answer",
+     [("next_tokens = forward_step(model, pool, batch, cache)", "next_tokens = forward_step(globals()['model'], pool, batch, cache)")],
+     "a step is forward_step(model, ...) with the model the loop is given"),
     ("serve keeps finished memory", "serve_answer",
      [("                running.remove(seq)\n                cache.release(seq)\n", "                running.remove(seq)\n")],
      "a finished sequence gives its memory back"),
@@ -260,4 +278,4 @@ MUTANTS: list[Mutant] = [
 #: block, and with the cache that says no (stage5.grading.ex02.refusing) each release ends one refusal. (Making room
 #: newest first changes nothing with an honest cache, but the cache that says no shows it: the newest asks first.)
 EQUIVALENT = {"allocator takes the newest free block", "allocator returns blocks to the front",
-              "serve one victim then grow"}
+              "serve one victim then grow", "attention scales q in place"}

@@ -218,3 +218,27 @@ def test_every_answer_changing_mutant_fails_a_graded_cell(assignment):
     print("\n".join(f"  inert   {line}" for line in inert))
     assert len(caught) >= 20, caught
     assert not survivors, f"{len(survivors)} answer-changing mutants pass every check: " + "; ".join(survivors)
+
+
+#: Rules a one-operator change cannot break, each broken the way a learner might (a parameter ignored or fixed at
+#: the value most hidden cases use): (what it breaks, answer cell, the solution's text, what replaces it).
+RULE_MUTANTS = [
+    ("B1 bytes_per_element fixed at 2", "b1_kv_function_answer", "head_dim * bytes_per_element", "head_dim * 2"),
+    ("B2 embedding and head at 2 bytes at every width", "b2_floor_function_answer",
+     "table_bytes=max(2, bytes_per_param)", "table_bytes=2"),
+    ("B3 embedding and head at 2 bytes at every width", "b3_concurrency_function_answer",
+     "table_bytes=max(2, weight_bytes)", "table_bytes=2"),
+    ("B3 reserve fixed at 8 GiB, the argument ignored", "b3_concurrency_function_answer",
+     "reserve_gib_per_gpu * GiB", "8 * GiB"),
+    ("B3 KV width fixed at 2 bytes", "b3_concurrency_function_answer", "kv_bytes_per_token(config, kv_bytes)",
+     "kv_bytes_per_token(config, 2)"),
+]
+
+
+@pytest.mark.parametrize(("rule", "gid", "old", "new"), RULE_MUTANTS, ids=[m[0] for m in RULE_MUTANTS])
+def test_every_parameter_mutant_fails_a_graded_cell(rule, gid, old, new):
+    cells = _cells("ex01")
+    src = next(s for g, s, _ in cells if g == gid)
+    assert src.count(old) == 1, f"the mutant {rule!r} no longer applies: {old!r} is not in {gid} once"
+    mutated = [(g, s.replace(old, new) if g == gid else s, m) for g, s, m in cells]
+    assert _fails_a_check({"__name__": "__answers__"}, mutated), f"no graded ex01 cell catches: {rule}"

@@ -36,6 +36,7 @@ BY_PROBE_OR_TOKENS = {
     "contiguous tail off by one", "contiguous slots off by one", "paged release keeps the table",
     "paged slots ignore the table", "paged blocks_for off by one", "serve victim keeps num_cached",
     "static spins when stuck", "serve spins when stuck",  # check_stuck probes these directly
+    "static serves the notebook's model", "serve serves the notebook's model",  # the tokens show these
 }
 
 
@@ -80,7 +81,7 @@ def _hidden_serving_runs() -> list[tuple[Any, ...]]:
     runs: list[tuple[Any, ...]] = []
 
     def record(label, kernel, function, cache, workload, allocator, num_blocks, block_size, max_batch, continuous,
-               stuck=False, refusals=None):
+               stuck=False, refusals=None, model_seed=0):  # the schedule does not depend on the model
         runs.append((function, cache, workload, allocator, num_blocks, block_size, max_batch, continuous, refusals))
         return {"trace": []}
 
@@ -125,6 +126,27 @@ def test_equivalent_mutants_change_no_schedule(runs_and_reference, name):
 def test_reusing_the_newest_free_block_gets_full_marks():
     """The allocator may hand out any free block: one that reuses the last freed first passes every hidden check."""
     assert inprocess.first_failure(mutated("allocator returns blocks to the front")) is None
+
+
+def test_attention_that_changes_its_inputs_in_place_gets_full_marks():
+    """The text lets attend() change q, k and v in place (scaling q, say): the visible test and the hidden check give
+    it copies, so such an attention passes both."""
+    import torch
+
+    sources = mutated("attention scales q in place")
+    ns = inprocess.namespace(sources)
+    src = next(s for g, s, _ in inprocess.cells() if g == "p1_attention")
+    visible = inprocess.HIDDEN.sub("", src)
+    assert "_kv.attend(0, _q.clone(), _k.clone(), _v.clone())" in visible
+    with contextlib.redirect_stdout(io.StringIO()):
+        exec(compile(visible, "<visible p1_attention>", "exec"), dict(ns))  # noqa: S102 - our own test cell
+    assert inprocess.run_hidden(ns, "p1_attention") is None
+    cfg = ns["model"].cfg  # and the variant does change its input: without the copies it would fail
+    kv = ns["PagedKV"](cfg, 4, torch.float64)
+    kv.plan([torch.tensor([0])], [torch.tensor([0])])
+    q = torch.ones(1, cfg.num_heads, cfg.head_dim, dtype=torch.float64)
+    kv.attend(0, q, *(torch.ones(1, cfg.num_kv_heads, cfg.head_dim, dtype=torch.float64) for _ in range(2)))
+    assert not torch.equal(q, torch.ones_like(q))
 
 
 @pytest.mark.parametrize("where", ["solutions", "exercises"])

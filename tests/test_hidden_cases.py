@@ -129,7 +129,7 @@ def test_ex03_hidden_sequences_fit_their_models_context():
 
 
 def test_ex01_hidden_contexts_fit_their_models_context():
-    for model, *_, context, _wb, _kb in _ex01_b3_cases():
+    for model, _gpu, _n, context, *_ in _ex01_b3_cases():
         assert context <= get_model(model).max_position_embeddings, (model, context)
 
 

@@ -22,6 +22,13 @@ UNIT_MISCONCEPTIONS: dict[float, str] = {
 }
 
 
+#: A hint names a slip only when the answer lands this close (relative) to what that slip gives, or closer where the
+#: check itself is tighter. The checks accept 2%, but a value 2% from a slip's is as likely another slip (a value
+#: rounded early, a wrong constant) as that one: a KV size rounded early to 9.2% high sits 1.7% from the 7.4% of a
+#: GB/GiB mix, and being told "did you mix GB and GiB?" sends a learner after a mistake they did not make.
+HINT_REL_TOL = 0.005
+
+
 class GradingError(AssertionError):
     """A failed hidden check: the message is safe to show a learner."""
 
@@ -48,13 +55,16 @@ def diagnose(got: float, expected: float, rel_tol: float = 0.02,
     """A learner-safe description of how ``got`` differs from ``expected`` (without stating ``expected``).
 
     Known wrong answers are tried first (exact alternatives computed under a misconception), then the ratio
-    ``got / expected`` against ``misconceptions`` (course-specific first, then unit slips); otherwise only the
-    direction and a rough size of the error are given.
+    ``got / expected`` against ``misconceptions`` (course-specific first, then unit slips), each only where ``got``
+    lands within :data:`HINT_REL_TOL` of it (or ``rel_tol``, if tighter); otherwise only the direction and a rough
+    size of the error are given.
     """
-    # the nearest known wrong answer names the slip: two misconceptions can land within rel_tol of each other
-    # (8 GiB left out, or counted once instead of per GPU), and the learner's exact figure tells them apart
+    # a slip is named only within HINT_REL_TOL of what it gives; otherwise the message says less (a direction)
+    hint_tol = min(rel_tol, HINT_REL_TOL)
+    # the nearest known wrong answer names the slip: two misconceptions can land close to each other (8 GiB left
+    # out, or counted once instead of per GPU), and the learner's exact figure tells them apart
     matches = sorted((abs(got - float(value)), hint) for value, hint in wrong_answers
-                     if _close(got, float(value), rel_tol, 0.0))
+                     if _close(got, float(value), hint_tol, 0.0))
     hints = []
     for gap, hint in matches:
         if math.isclose(gap, matches[0][0], rel_tol=1e-9, abs_tol=1e-12 * max(1.0, abs(got))) and hint not in hints:
@@ -70,7 +80,7 @@ def diagnose(got: float, expected: float, rel_tol: float = 0.02,
     ordered = list((misconceptions or {}).items()) + [kv for kv in table.items()
                                                       if kv[0] not in (misconceptions or {})]
     for r, hint in ordered:
-        if r > 0 and _close(ratio, r, rel_tol, 0.0) and hint not in hints:
+        if r > 0 and _close(ratio, r, hint_tol, 0.0) and hint not in hints:
             hints.append(hint)
     if hints:
         return "; or ".join(hints)

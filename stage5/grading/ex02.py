@@ -660,18 +660,24 @@ def _crash_hint(got: Mapping[str, Any], ref: Any, requests: list[Any], block_siz
 
 def check_serving(label: str, kernel: Any, function: str, cache: str, workload: list[list[Any]], allocator: str,
                   num_blocks: int, block_size: int, max_batch: int, continuous: bool | None,
-                  stuck: bool = False, refusals: list[list[int]] | None = None) -> dict[str, Any]:
+                  stuck: bool = False, refusals: list[list[int]] | None = None,
+                  model_seed: int = 0) -> dict[str, Any]:
     """Run the learner's loop ``function`` with their ``cache`` class on a hidden workload, in their kernel, and
     compare the run with the reference engine's exactly: tokens, pool left empty, who ran in every step, every
     sequence's length, preemptions and K/V utilisation. ``refusals``: the cache says no to ``can_grow`` at those
-    moments (:func:`refusing`), on both sides. Returns the learner's observations."""
+    moments (:func:`refusing`), on both sides. ``model_seed``: the tiny model the loop is given (not the notebook's
+    ``model`` unless 0: a loop that ignores its ``model`` argument gives other tokens). Returns the learner's
+    observations."""
     spec = {"workload": workload, "allocator": allocator, "num_blocks": num_blocks, "block_size": block_size,
             "max_batch": max_batch, "continuous": continuous, "stuck": stuck}
     if refusals:
         spec["refusals"] = refusals
+    if model_seed:
+        spec["model_seed"] = model_seed
     got = kernel.drive(label, "serving", [function, cache], spec)
     scheduler = "static" if not continuous else "continuous"
-    ref = reference_trace(workload, allocator, scheduler, num_blocks, block_size, max_batch, refusals=refusals)
+    ref = reference_trace(workload, allocator, scheduler, num_blocks, block_size, max_batch, model_seed=model_seed,
+                          refusals=refusals)
     requests = requests_of(workload)
     if "crashed" in got:
         raise GradingError(f"{label}: {_crash_hint(got, ref, requests, block_size, allocator)}")
@@ -857,7 +863,8 @@ def _probe_attention(label: str, cls: Any, case: Mapping[str, Any]) -> dict[str,
         store = cls(cfg, num_slots, dtype)
         store.data[1, :, old] = old_kv
         store.plan(news, contexts)
-        out = store.attend(1, q[rows], k[rows], v[rows])
+        # copies: attend may change its inputs in place (the text allows it), and q, k, v are read again below
+        out = store.attend(1, q[rows].clone(), k[rows].clone(), v[rows].clone())
         written = torch.cat(news)
         stored = bool(torch.equal(store.data[1, 0, written], k[rows]) and torch.equal(store.data[1, 1, written], v[rows]))
         return out, stored
@@ -1014,7 +1021,8 @@ RULES: dict[str, str] = {
     "PagedKV.attend":
         "Store k and v at this step's new slots, then return, in the dtype of q, each new token's attention over "
         "its own sequence's context only: a token at position p sees positions 0 .. p (causal), the scores are "
-        "scaled by 1 / sqrt(head_dim), and query head h reads key-value head h // (heads // kv_heads).",
+        "scaled by 1 / sqrt(head_dim), and query head h reads key-value head h // (heads // kv_heads). It may change "
+        "q, k and v in place: nothing reads them after the call.",
     "serve_static":
         "Serve `requests` in order, one batch at a time: a batch is admitted only when nothing is running (from "
         "the head of the queue, never skipping it, while fewer than max_batch run and cache.can_admit(head, "

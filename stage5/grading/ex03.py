@@ -54,11 +54,13 @@ def describe_deployment(dep: Mapping[str, Any]) -> str:
 
     slo = dep.get("tpot_slo_s", levers.DEFAULT_TPOT_SLO_S)
     slo_text = "" if slo == levers.DEFAULT_TPOT_SLO_S else f", TPOT SLO {slo * 1e3:g} ms"
-    # the lever inputs too, where they are not the Deployment defaults (prefix_hit 0.5, alpha 0.7, k 4)
+    # the lever inputs too, where they are not the Deployment defaults (prefix_hit 0.5, alpha 0.7, k 4, draft_cost 0.05)
     hit = dep.get("prefix_hit", 0.5)
     levers_text = "" if hit == 0.5 else f", prefix hit {hit:g}"
     if (dep.get("alpha", 0.7), dep.get("k", 4)) != (0.7, 4):
         levers_text += f", draft alpha {dep.get('alpha', 0.7):g} k {dep.get('k', 4)}"
+    if dep.get("draft_cost", 0.05) != 0.05:
+        levers_text += f", draft cost {dep.get('draft_cost', 0.05):g}"
     return (f"{dep['model']} on {dep['num_gpus']} x {dep['gpu']}, prompt {dep['prompt']:,}, output {dep['output']:,}, "
             f"concurrency {dep['concurrency']}, {dep.get('weights', 'bf16')} weights, {dep.get('kv', 'bf16')} KV"
             f"{levers_text}, objective {dep['objective']}{slo_text}")
