@@ -35,7 +35,7 @@ from collect import (
     student_id,  # noqa: F401  (the id rule, imported from here by tests and tools)
     timestamp_text,
 )
-from feedback_page import invalid_page
+from feedback_page import VENDOR, VENDORED_SCRIPTS, invalid_page
 from intake import INVALID, RESTORED, InvalidSubmission, prepare  # noqa: F401 (RESTORED, for the tests)
 from nbgrader.api import Gradebook, MissingEntry
 from nbgrader.apps import NbGraderAPI
@@ -336,8 +336,14 @@ class Course:
         return Path(self.config.CourseDirectory.feedback_directory) / student / assignment / f"{assignment}.html"
 
     def feedback_text(self, student: str, assignment: str) -> str:
-        """The text a learner reads in their feedback file (HTML tags removed), for checking what it reveals."""
-        return html.unescape(re.sub(r"<[^>]+>", "", self._feedback_path(student, assignment).read_text()))
+        """The text a learner reads in their feedback file (HTML tags removed), for checking what it reveals. The
+        course's own inlined scripts (MathJax, byte for byte from assets/vendor) are left out: megabytes of the
+        course's code, not anything a submission or the grader's environment put there."""
+        page = self._feedback_path(student, assignment).read_text()
+        for name in VENDORED_SCRIPTS:
+            if (VENDOR / name).is_file():
+                page = page.replace((VENDOR / name).read_text(encoding="utf-8"), "")
+        return html.unescape(re.sub(r"<[^>]+>", "", page))
 
     def scores(self, results: list[Result]) -> None:
         """Fill score, maxima, marks still to give by hand and failed checks from the gradebook (hand-given marks
