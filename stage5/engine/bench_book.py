@@ -13,7 +13,6 @@ average before and after is in the JSON: a figure means little without it. Nothi
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import resource
@@ -23,7 +22,7 @@ import time
 from datetime import datetime
 from pathlib import Path
 
-from stage5.inputs import OneLineParser
+from stage5.inputs import OneLineParser, dumps
 
 DEFAULT_BOOK = Path(__file__).resolve().parents[2] / "book"  # a checkout's book/ (the wheel has none)
 CELL_TIMEOUT_S = 1200  # per cell: only stops a hung chapter (the build's own limit is _config.yml's)
@@ -144,7 +143,7 @@ def main(argv: list[str] | None = None) -> int:
     except ImportError:
         parser.error("needs nbclient, which executes the chapters (pip install -r requirements-book.txt)")
     report = run(args.book, args.chapters or found, args.timeout)
-    print(json.dumps(report, indent=1) if args.json else table(report))
+    print(dumps(report, indent=1) if args.json else table(report))
     return 1 if any(c["error"] for c in report["chapters"]) else 0
 
 
