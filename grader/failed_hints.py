@@ -7,6 +7,8 @@ print, since a learner's exception can say anything ("=HYPERLINK(...)", "passed"
   the grader stopping the cell), which is one line already;
 * else the cell's error, when its text is one of the string constants of the cell's source (the test cell is the
   gradebook's, restored before grading): a visible ``assert ..., "hint"`` that failed;
+* else, for the refusal of a function the exercise puts off limits (``UnavailableError``, raised in the kernel by the
+  grading view's stand-ins), the course's own sentence for it, naming no function (the kernel's message could);
 * else only the exception's class name, when it is a plain identifier ("failed (NameError)").
 """
 
@@ -21,6 +23,8 @@ from sandboxed_execute import GRADER_ERRORS
 
 HINT_CHARS = 300  # a CSV cell stays readable; the feedback page has the whole text
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,39}")
+OFF_LIMITS = ("failed (UnavailableError): it called a function the exercise's Rules put off limits, which computes "
+              "this answer for you; write the computation yourself")
 
 
 def _constants(source: str) -> set[str]:
@@ -49,6 +53,8 @@ def cell_hint(cell: dict) -> str:
     ename, evalue = str(errors[-1].get("ename", "")), str(errors[-1].get("evalue", ""))
     if evalue.strip() and evalue in _constants(source):
         return _short(evalue)
+    if ename == "UnavailableError":
+        return OFF_LIMITS
     return f"failed ({ename})" if _NAME.fullmatch(ename) else "failed"
 
 

@@ -100,7 +100,13 @@ def test_honest_answers_keep_their_score_beside_the_attacks(graded, student, sco
     row = rows[student]
     assert row["status"] == "ok" and float(row["score"]) == score, row
     if student in ("heads", "ada_lovelace_123", "memfd"):
-        assert not row["reasons"], row
+        # no stop, death or cap is blamed on them: the reasons are their failed checks' hints and nothing else
+        # (summary.csv gives a hint per failed check since issue 53), in the order of failed_checks
+        failed, reasons, at = row["failed_checks"].split(), row["reasons"], 0
+        assert reasons.startswith(f"{failed[0]}: ") if failed else reasons == "", row  # a stop's reason comes first
+        for gid in failed:
+            at = reasons.find(f"{gid}: ", at)
+            assert at >= 0, (gid, row)
     if score == 8:
         assert set(row["failed_checks"].split()) == HEADS_FAILED, row
 
