@@ -149,6 +149,35 @@ FORMULAS: dict[tuple[str, str], tuple[Check, ...] | str] = {
               lambda g: 2 * g["mla_heads"] * 1 * (g["mla_dk"] + g["mla_rank"]) / (2 * g["mla_dk"]), "mla_int"),
         Check("its approximation 4 h s / b (d_v close to d_k), about",
               lambda g: 4 * g["mla_heads"] * 1 / 2, "mla_int", rel=0.1)),
+    ("14_disaggregation", r"\text{TPOT} = \frac{t(b)}{1 - r\,D_1}"): (
+        Check("the stalled TPOT t(b) / (1 - r D_1)",
+              lambda g: g["dg_step_ms"] / (1 - g["dg_r"] * g["dg_prefill_ms"] / 1e3), "dg_step_stalled_ms"),
+        Check("the share of time prefilling, r D_1", lambda g: 100 * g["dg_r"] * g["dg_prefill_ms"] / 1e3,
+              "dg_busy_pct"),
+        Check("the stretch 1 / (1 - r D_1)", lambda g: 1 / (1 - g["dg_r"] * g["dg_prefill_ms"] / 1e3), "dg_stretch")),
+    ("14_disaggregation", r"T_x = \frac{p\,k}{n\,B}"): (
+        Check("the cache one prompt leaves, p k, in GB", lambda g: g["dg_prompt"] * g["dg_kv_token_kB"] / 1e6,
+              "dg_bytes_GB"),
+        *(Check(f"the copy p k / (n B) over {link}, in ms",
+                lambda g, link=link: 1e3 * g["dg_prompt"] * g["dg_kv_token_kB"] * 1e3
+                / (g["dg_gpus"] * g[f"dg_{link}_GBps"] * 1e9), f"dg_{link}_ms")
+          for link in ("rdma", "nvlink", "pcie", "ssd"))),
+    ("14_disaggregation", r"\text{exposed} = \max"): (
+        *(Check(f"the copy's delay after the prefill, streamed over {link}: max(T_x / L, T_x - T_p (L - 1) / L)",
+                lambda g, link=link: max(g[f"dg_{link}_ms"] / g["dg_layers"], g[f"dg_{link}_ms"]
+                                         - g["dg_prefill_ms"] * (g["dg_layers"] - 1) / g["dg_layers"]),
+                f"dg_{link}_exp_ms")
+          for link in ("rdma", "ssd")),
+        Check("the link hides the copy from B = p k / (n T_p), in GB/s per GPU",
+              lambda g: g["dg_prompt"] * g["dg_kv_token_kB"] * 1e3 / (g["dg_gpus"] * g["dg_prefill_ms"] / 1e3) / 1e9,
+              "dg_hide_GBps")),
+    ("14_disaggregation", r"r_p = \frac{1}{D}\,\frac{2x}{1 + 2x}"): (
+        Check("a prefill replica's M/D/1 rate: D the prefill, T the TTFT target, exposed the streamed RDMA copy "
+              "(stage5.disagg.prefill_rate's link; every link's is under a millisecond of a second's target)",
+              lambda g: (lambda d, x: 2 * x / (1 + 2 * x) / d)(
+                  g["dg_prefill_ms"] / 1e3, (g["dg_ttft_target_ms"] - g["dg_rdma_exp_ms"]) / g["dg_prefill_ms"] - 1),
+              "dg_rp"),
+        Check("its busy share r_p D", lambda g: 100 * g["dg_rp"] * g["dg_prefill_ms"] / 1e3, "dg_rp_util_pct")),
 }
 
 
