@@ -464,3 +464,22 @@ def test_chromium_available_or_reason_given():
     if not CHROMIUM.exists():
         pytest.skip(f"no system Chromium at {CHROMIUM}")
     assert shutil.which(str(CHROMIUM))
+
+
+def test_search_ranks_the_page_named_for_the_words_first(built_book, tmp_path):
+    """Offline search (assets/search_scorer.js): a page whose title holds every searched word comes before the
+    glossary's index entry (Sphinx scores it 100) and the errata and chapters that only mention the words."""
+    sync_playwright = _chromium_or_skip()
+    html, _ = built_book
+    first = {}
+    with sync_playwright() as p:
+        ctx = p.chromium.launch_persistent_context(str(tmp_path / "profile"), executable_path=str(CHROMIUM),
+                                                   args=CHROMIUM_FLAGS, headless=True)
+        for query, title in (("roofline", "The roofline"), ("kv cache", "The KV cache")):
+            page = ctx.new_page()
+            page.goto((html / "search.html").as_uri() + "?q=" + query.replace(" ", "+"), wait_until="load")
+            page.wait_for_selector("#search-results ul li", timeout=60_000)
+            first[query] = (page.eval_on_selector("#search-results ul li a", "a => a.innerText"), title)
+            page.close()
+        ctx.close()
+    assert all(got == want for got, want in first.values()), first
