@@ -4,8 +4,13 @@
 # 0.9.6 ("Using nbgrader with JupyterHub", demos/demo_one_class_multiple_graders/jupyterhub_config.py).
 import json
 import os
+import sys
 
 c = get_config()  # noqa: F821
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import service_health  # noqa: E402
+
+service_health.install()  # a stopping service no longer logs a traceback at shutdown (see its docstring)
 site = json.loads(open(os.environ["STAGE5_HUB_SITE"]).read())
 course = site["course_id"]
 ports = site["ports"]
