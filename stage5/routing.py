@@ -84,8 +84,8 @@ def simulate_router(easy_share: float = 0.8, ratio: float = 0.1, router_noise: f
     """Sweep the router's threshold over ``points`` routed shares; ``eval_size=np.inf`` is a perfect eval."""
     inputs.real(easy_share, "easy_share", low=0.0, high=1.0, low_open=True, high_open=True)
     if not (isinstance(eval_size, (int, float, np.number)) and not isinstance(eval_size, bool)
-            and eval_size > 0):  # NaN fails this too; np.inf is the perfect evaluation
-        raise ValueError(f"eval_size must be a positive number of labelled requests (np.inf: a perfect "
+            and eval_size >= 1):  # NaN fails this too; np.inf is the perfect evaluation
+        raise ValueError(f"eval_size must be a number of labelled requests, at least 1 (np.inf: a perfect "
                          f"evaluation), got {eval_size!r}")
     inputs.fraction(judge_error, "judge_error")
     inputs.real(router_noise, "router_noise", low=0.0)

@@ -176,6 +176,8 @@ def test_silent_coercions_are_refused():
         cost.speculative_speedup(dep, 1, 1024, math.nan, 4)
     with pytest.raises(ValueError, match="eval_size"):
         routing.simulate_router(eval_size=math.nan)
+    with pytest.raises(ValueError, match="at least 1"):  # a fraction of one labelled request overflowed the bound
+        routing.simulate_router(eval_size=1e-320)
 
 
 def test_misleading_errors_now_blame_the_right_input():
