@@ -16,6 +16,7 @@ import pytest
 from grading_harness import REPO  # noqa: F401  (puts grader/ on the path)
 
 from stage5.grading import view
+from stage5.grading.ex02 import ATTENTION_BLOCKED, SERVING_BLOCKED
 from stage5.grading.ex03 import DIAGNOSIS_BLOCKED
 from stage5.grading.sandbox import Limits, bwrap_command, isolation, limited_command
 from stage5.models import ModelConfig
@@ -43,6 +44,7 @@ def _solution_blocked_lists(exercise: str) -> set[str]:
 def test_each_exercise_view_covers_what_its_hidden_tests_switch_off():
     assert _solution_blocked_lists("ex01") and _solution_blocked_lists("ex01") <= set(view.BLOCKED["ex01"])
     assert set(DIAGNOSIS_BLOCKED) <= set(view.BLOCKED["ex03"])
+    assert set(SERVING_BLOCKED) | set(ATTENTION_BLOCKED) <= set(view.BLOCKED["ex02"])  # what its probes switch off
 
 
 @pytest.mark.parametrize("exercise", sorted(view.BLOCKED))
