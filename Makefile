@@ -67,10 +67,12 @@ grade: $(STAMP)
 	$(PY) grader/grade.py --assignment $(ASSIGNMENT) --jobs $(JOBS) $(if $(ROSTER),--roster "$(ROSTER)")
 
 # After editing course.toml (repository, release, hub) or a notebook's first cell: regenerate the setup cells,
-# _config.yml's launch settings, the exercises page, the releases in exercises/ and the grading fixtures.
+# _config.yml's launch settings, the exercises page, exercise 2's shipped reference runs, the releases in exercises/
+# and the grading fixtures.
 ASSIGNMENTS := $(notdir $(wildcard solutions/*))
 sync: $(STAMP)
 	$(PY) scripts/sync_settings.py
+	$(PY) scripts/ex02_visible_runs.py
 	@for a in $(ASSIGNMENTS); do $(PY) grader/grade.py release --assignment $$a || exit 1; done
 	@cd tests/submissions && for f in make_fixtures*.py; do ../../$(PY) $$f >/dev/null || exit 1; done
 	$(PY) scripts/sync_settings.py --check

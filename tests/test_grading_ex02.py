@@ -36,7 +36,8 @@ EXPECTED = {
     "off_by_one": (8, PAGED | {"p4_table"}, ["off-by-one at a block boundary"]),
     "reserves_max": (8, PAGED | {"p4_table"}, ["reserves the whole max_tokens cap"]),
     "waits_for_batch": (11, {"p3_continuous", "p3_preemption", "p4_table"}, ["still waits for the batch to finish"]),
-    "delegates": (9, PAGED, ["PagedAllocator.can_admit, which computes this answer for you"]),
+    # the grading kernel has no PagedAllocator (issue 48's view), so the 2 x 2 built on it stops too
+    "delegates": (8, PAGED | {"p4_table"}, ["PagedAllocator.can_admit, which computes this answer for you"]),
     # the visible schedule check (check_schedule) names the step and the rule before the hidden runs do
     "preempt_oldest": (14, {"p3_preemption"}, [VISIBLE + "step 7: you preempted an older sequence than the rule says"]),
     "victim_at_back": (14, {"p3_preemption"}, [VISIBLE + "step 17: a newer request was admitted while a preempted "

@@ -113,3 +113,11 @@ def test_readme_says_what_the_sandbox_refuses_and_what_the_review_flags_per_exer
         assert exercise in rows, exercise
         for module in set(rules.modules) - set(review.REFERENCE_MODULES):
             assert f"`{module}`" in rows[exercise], (exercise, module)
+    # what each exercise's grading kernel lacks (stage5/grading/view.py), named per exercise, each class by name
+    from stage5.grading import view
+
+    paragraph = next(p for p in text.split("\n- ") if "stage5/grading/view.py" in p)
+    for exercise in view.BLOCKED:
+        assert f"{exercise}:" in paragraph, exercise
+    for cls in ("Engine", "PagedAllocator", "ContiguousAllocator", "Scheduler", "KVPool"):
+        assert f"`{cls}`" in paragraph, cls

@@ -49,6 +49,10 @@ EVASIONS = {  # (exercise, learner code, words its flag must contain)
                                 "stage5.quantization"),
     "ex03 a gain by attribute": ("ex03", "g = mod.decode_step_gain(a, b)\n", "decode_step_gain"),
     "ex02 the reference engine": ("ex02", "from stage5.engine.engine import Engine\n", "stage5.engine.engine"),
+    "ex02 the engine by a built name": ("ex02", 'r = getattr(E, "Eng" + "ine")\n', "Engine, the course's own answer"),
+    "ex02 the allocators through importlib": ("ex02", 'import importlib\nkv = importlib.import_module('
+                                              '"stage5.engine." + "kv")\n', "importlib.import_module"),
+    "ex02 the switch": ("ex02", 'import sys\nsys.modules["stage5.grading.remote"].unavailable = f\n', "sys.modules"),
     "clearing scaling": ("clearing", "import stage5.scaling\n", "stage5.scaling"),
 }
 

@@ -16,6 +16,7 @@ import pytest
 from grading_harness import REPO  # noqa: F401  (puts grader/ on the path)
 
 from stage5.grading import view
+from stage5.grading.ex02 import ATTENTION_BLOCKED, SERVING_BLOCKED
 from stage5.grading.ex03 import DIAGNOSIS_BLOCKED
 from stage5.grading.sandbox import Limits, bwrap_command, isolation, limited_command
 from stage5.models import ModelConfig
@@ -43,6 +44,7 @@ def _solution_blocked_lists(exercise: str) -> set[str]:
 def test_each_exercise_view_covers_what_its_hidden_tests_switch_off():
     assert _solution_blocked_lists("ex01") and _solution_blocked_lists("ex01") <= set(view.BLOCKED["ex01"])
     assert set(DIAGNOSIS_BLOCKED) <= set(view.BLOCKED["ex03"])
+    assert set(SERVING_BLOCKED) | set(ATTENTION_BLOCKED) <= set(view.BLOCKED["ex02"])  # what its probes switch off
 
 
 @pytest.mark.parametrize("exercise", sorted(view.BLOCKED))
@@ -72,11 +74,14 @@ def attempt(label, fn):
         print(label, "refused", type(e).__name__)
 for label, fn in CASES:
     attempt(label, fn)
-import stage5.cost
-for cached in pathlib.Path(stage5.cost.__file__).parent.glob("__pycache__/cost.*.pyc"):
+import importlib as _il
+_cut = _il.import_module(CUT)
+for cached in pathlib.Path(_cut.__file__).parent.glob(f"__pycache__/{CUT.rsplit('.', 1)[-1]}.*.pyc"):
     print("bytecode", cached.name, len(cached.read_bytes()))
 print("weight_bytes", cfg.weight_bytes(2) > 0)
 """
+#: A module each exercise's view cuts: its cached bytecode (the real code) must read as empty in the sandbox.
+CUT = {"ex01": "stage5.cost", "ex02": "stage5.engine.kv", "ex03": "stage5.cost"}
 CASES = {
     "ex01": """CASES = [("kv", lambda: getattr(cfg, "kv_bytes_per_" + "token")(2)),
          ("floor", lambda: __import__("stage5.cost", fromlist=["x"]).decode_floor_s),
@@ -87,6 +92,27 @@ CASES = [("diagnose", lambda: stage5.levers.diagnose_reference({})),
          ("simulate", lambda: stage5.simulator.simulate(None)),
          ("gain", lambda: stage5.quantization.end_to_end_gain(None, None)),
          ("kv", lambda: cfg.kv_bytes_per_token(2))]""",
+    # exercise 2: the issue's spellings on its engine (the switch is on above), what it gives back (the model,
+    # generate(), the visible check's shipped reference run), and a run that is not shipped
+    "ex02": """import importlib, json, torch
+import stage5.engine.engine as E
+from stage5.engine.checkpoints import tiny_model
+from stage5.engine.model import generate
+from stage5.engine.sequence import Request, Sequence
+from stage5.grading.ex02 import reference_trace
+from stage5.grading.ex02_visible import KEY_FIELDS, RUNS_FILE
+m = tiny_model()
+kv = importlib.import_module("stage5.engine." + "kv")
+shipped = json.loads(RUNS_FILE.read_text())[0]
+CASES = [("engine", lambda: getattr(E.Engine(m, m.cfg, "paged", "continuous", num_blocks=8, block_size=4,
+                                             max_batch=2), "r" + "un")([Request(0, (1, 2), 2)])),
+         ("allocator", lambda: kv.PagedAllocator(4, 2).allocate()),
+         ("admit", lambda: getattr(kv, "Contiguous" + "Allocator")(64).can_admit(Sequence(Request(0, (1, 2), 2)))),
+         ("scheduler", lambda: sys.modules["stage5.engine.scheduler"].Scheduler(kv.PagedAllocator(4, 2), 2).plan()),
+         ("attention", lambda: kv.KVPool(m.cfg, 8, torch.float64).plan([torch.tensor([0])], [torch.tensor([0])])),
+         ("visible", lambda: reference_trace(*(shipped[k] for k in KEY_FIELDS)).steps),
+         ("unshipped", lambda: reference_trace([["request", 0, [1, 2], 3, None]], "paged", "continuous", 4, 4, 2)),
+         ("generate", lambda: generate(m, [1, 2, 3], 3))]""",
 }
 
 
@@ -95,19 +121,30 @@ CASES = [("diagnose", lambda: stage5.levers.diagnose_reference({})),
 def test_switching_the_blocking_off_reaches_no_answer_in_the_sandbox(exercise, tmp_path):
     real = inspect.getsource(ModelConfig.kv_bytes_per_token).strip().splitlines()[-1].strip()  # its return line
     assert real.startswith("return"), real
-    code = f"REAL_LINE = {real!r}\n" + CASES[exercise] + "\n" + ATTACK if exercise == "ex01" else ATTACK.replace(
-        "for label, fn in CASES:", CASES[exercise] + "\nfor label, fn in CASES:")
+    code = f"CUT = {CUT[exercise]!r}\n" + (
+        f"REAL_LINE = {real!r}\n" + CASES[exercise] + "\n" + ATTACK if exercise == "ex01" else ATTACK.replace(
+            "for label, fn in CASES:", CASES[exercise] + "\nfor label, fn in CASES:"))
     limits = Limits()
     cmd = bwrap_command(limited_command([sys.executable, "-c", code], limits), tmp_path, limits=limits,
                         views=view.build(exercise))
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     lines = dict(line.split(" ", 1) for line in done.stdout.splitlines() if " " in line)
-    refused = {"ex01": ("kv", "src"), "ex03": ("diagnose", "simulate", "gain")}[exercise]
+    refused = {"ex01": ("kv", "src"), "ex02": ("engine", "allocator", "admit", "scheduler", "attention"),
+               "ex03": ("diagnose", "simulate", "gain")}[exercise]
     for label in refused:
         assert lines[label].startswith("refused"), (label, done.stdout)
     if exercise == "ex01":  # reached, the function itself is the stub that raises
         assert lines["floor"].startswith("GOT <function decode_floor_s"), done.stdout
+    elif exercise == "ex02":  # by the stub's own error, not by a call that went wrong some other way
+        assert all(lines[label] == "refused UnavailableError" for label in refused), done.stdout
+        # the visible check still has its reference run; one not shipped is refused
+        from stage5.grading.ex02 import engine_run
+        from stage5.grading.ex02_visible import KEY_FIELDS, RUNS_FILE
+        shipped = json.loads(RUNS_FILE.read_text())[0]
+        assert lines["visible"] == f"GOT {engine_run(*(shipped[k] for k in KEY_FIELDS)).steps}", done.stdout
+        assert lines["unshipped"] == "refused GradingError", done.stdout
+        assert lines["generate"].startswith("GOT ["), done.stdout
     else:  # exercise 3 gives kv_bytes_per_token back (you wrote it in exercise 1)
         assert lines["kv"].startswith("GOT "), done.stdout
     assert lines["weight_bytes"] == "True"  # what the exercise gives stays

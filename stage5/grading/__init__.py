@@ -8,6 +8,7 @@ so every name they use stays importable from the package itself:
 * :mod:`.blocking` - stage5's own answers switched off while a learner's function runs;
 * :mod:`.remote` - answers and calls carried between the learner's kernel and the grader, which runs the hidden
   checks itself (grader/host_checks.py);
+* :mod:`.ex02_visible` - exercise 2's visible reference runs, shipped as data (its grading kernel has no engine);
 * :mod:`.ex02`, :mod:`.ex03` - the checks of one exercise each (ex01 and the clearing test use only the modules
   above);
 * :mod:`.seccomp`, :mod:`.cgroup` - the sandbox's system-call filter and its memory cgroup;

@@ -452,26 +452,52 @@ _MODELS: dict[int, Any] = {}
 
 def reference_trace(workload: list[list[Any]], allocator: str, scheduler: str, num_blocks: int, block_size: int,
                     max_batch: int, model_seed: int = 0, refusals: list[list[int]] | None = None) -> Any:
-    """The course engine's :class:`RunResult` for a hidden workload, cached per workload and build in the grader's
-    process (a class's submissions share the same reference runs). ``refusals``: through the engine's own paged
-    allocator made to say no at the same moments as the learner's cache (:func:`refusing`)."""
+    """The course engine's run for a workload (its :class:`RunResult`, or for a visible check's workload the run
+    shipped with the release, :mod:`.ex02_visible`), cached per workload and build in this process (a class's
+    submissions share the same reference runs). ``refusals``: through the engine's own paged allocator made to say
+    no at the same moments as the learner's cache (:func:`refusing`)."""
+    from .blocking import UnavailableError
+    from .ex02_visible import is_shipped, shipped_run
+
+    args = (workload, allocator, scheduler, num_blocks, block_size, max_batch, model_seed, refusals)
+    key = (repr(workload), allocator, scheduler, num_blocks, block_size, max_batch, model_seed, repr(refusals))
+    if key not in _REFERENCE_RUNS:
+        if is_shipped(*args):
+            from stage5.engine.checkpoints import tiny_model
+            from stage5.engine.model import generate
+
+            model = _MODELS.setdefault(model_seed, tiny_model(model_seed))
+            # the engine's tokens equal generate() serving each request alone (tests/test_engine.py)
+            run = shipped_run({r.id: generate(model, list(r.prompt), r.output_len) for r in requests_of(workload)},
+                              *args)
+        else:
+            try:
+                run = engine_run(*args)
+            except UnavailableError:  # a grading kernel's course package has no engine (.view)
+                raise GradingError("check_schedule: the course engine is not in the grading kernel, and this "
+                                   "workload is not one of the release's own checks: only those run while the "
+                                   "exercise is graded") from None
+        _REFERENCE_RUNS[key] = run
+    return _REFERENCE_RUNS[key]
+
+
+def engine_run(workload: list[list[Any]], allocator: str, scheduler: str, num_blocks: int, block_size: int,
+               max_batch: int, model_seed: int = 0, refusals: list[list[int]] | None = None) -> Any:
+    """The course engine's :class:`RunResult` for a workload, run now (see :func:`reference_trace`)."""
     from stage5.engine.checkpoints import tiny_model
     from stage5.engine.engine import Engine
     from stage5.engine.kv import PagedAllocator
     from stage5.engine.scheduler import Scheduler
 
-    key = (repr(workload), allocator, scheduler, num_blocks, block_size, max_batch, model_seed, repr(refusals))
-    if key not in _REFERENCE_RUNS:
-        model = _MODELS.setdefault(model_seed, tiny_model(model_seed))
-        engine = Engine(model, model.cfg, allocator, scheduler, num_blocks=num_blocks, block_size=block_size,
-                        max_batch=max_batch)
-        if refusals:
-            if allocator != "paged":
-                raise ValueError("refusals are for a paged cache (a contiguous one always has room to grow)")
-            engine.alloc = refusing(PagedAllocator, refusals)(num_blocks, block_size)
-            engine.scheduler = Scheduler(engine.alloc, max_batch, static=scheduler == "static")
-        _REFERENCE_RUNS[key] = engine.run(requests_of(workload))
-    return _REFERENCE_RUNS[key]
+    model = _MODELS.setdefault(model_seed, tiny_model(model_seed))
+    engine = Engine(model, model.cfg, allocator, scheduler, num_blocks=num_blocks, block_size=block_size,
+                    max_batch=max_batch)
+    if refusals:
+        if allocator != "paged":
+            raise ValueError("refusals are for a paged cache (a contiguous one always has room to grow)")
+        engine.alloc = refusing(PagedAllocator, refusals)(num_blocks, block_size)
+        engine.scheduler = Scheduler(engine.alloc, max_batch, static=scheduler == "static")
+    return engine.run(requests_of(workload))
 
 
 def _events(trace: list[tuple[str, list[int]]]) -> tuple[list[set[int]], list[set[int]], list[set[int]]]:

@@ -10,7 +10,9 @@ and nothing the kernel runs can bring it back (a pasted copy is the review colum
 
 The grader builds the copies (:func:`build`) from the package it imports itself; ``bwrap_command`` binds each one
 over its original, read-only. A cell of the release that runs such a function (ex03's comparison with the
-simulator, which runs the reference diagnosis) fails under grading with that one line; it earns no points.
+simulator, which runs the reference diagnosis) fails under grading with that one line; it earns no points. A
+visible check that needs the reference reads it from data computed when the release was made instead (exercise 2's
+schedule check: :mod:`.ex02_visible`).
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from .blocking import _resolve
+from .ex02 import ATTENTION_BLOCKED
 from .ex03 import DIAGNOSIS_BLOCKED
 
 #: Per assignment: what its kernel's course package lacks, as its Rules put it off limits and its hidden tests
@@ -36,9 +39,9 @@ BLOCKED: dict[str, tuple[str, ...]] = {
              "stage5.cost.max_concurrency", "stage5.cost.Deployment.weight_total_bytes",
              "stage5.cost.decode_floor_s", "stage5.cost.decode_step", "stage5.cost.tpot_s",
              "stage5.cost.weight_bytes_read"),
-    # none for ex02: its visible schedule check (check_schedule, a test cell's) runs the course engine in the
-    # kernel, so the engine must be there; its answers are switched off during the hidden checks and flagged by
-    # the review column
+    # the engine, allocators, scheduler and attention backend; the visible schedule check compares with the
+    # reference runs shipped as data (.ex02_visible), and generate() stays
+    "ex02": ATTENTION_BLOCKED,
     "ex03": DIAGNOSIS_BLOCKED,
 }
 
