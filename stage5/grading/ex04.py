@@ -77,7 +77,8 @@ ROUTE_CASES: dict[str, tuple[dict[str, Any], ...]] = {
 }
 
 #: Hidden fleet runs: (workload, fleet) keyword arguments for stage5.fleet.MultiTenant and FleetConfig. The first
-#: pool is small enough to preempt and evict; the second routes under a load bound.
+#: pool is small enough to preempt; the second routes under a load bound, the third under the tightest, where ties
+#: in load are the rule rather than the exception.
 FLEET_RUNS: tuple[tuple[dict[str, Any], dict[str, Any]], ...] = (
     ({"tenants": 4, "system_len": 48, "sessions": 24, "turns": [2, 4], "user": [8, 24], "output": [4, 12],
       "popularity": 1.0, "rate": 60.0, "think_s": 0.02, "seed": 11},
@@ -85,6 +86,9 @@ FLEET_RUNS: tuple[tuple[dict[str, Any], dict[str, Any]], ...] = (
     ({"tenants": 3, "system_len": 40, "sessions": 24, "turns": [2, 3], "user": [8, 16], "output": [4, 8],
       "popularity": 1.5, "rate": 80.0, "think_s": 0.05, "seed": 5},
      {"replicas": 4, "load_bound": 1.0, "num_blocks": 96, "block_size": 8, "max_batch": 8}),
+    ({"tenants": 6, "system_len": 40, "sessions": 24, "turns": [2, 3], "user": [8, 16], "output": [4, 8],
+      "popularity": 0.5, "rate": 30.0, "think_s": 0.05, "seed": 7},
+     {"replicas": 4, "load_bound": 0.0, "num_blocks": 96, "block_size": 8, "max_batch": 8}),
 )
 
 
