@@ -87,6 +87,11 @@ CASES = [("diagnose", lambda: stage5.levers.diagnose_reference({})),
          ("simulate", lambda: stage5.simulator.simulate(None)),
          ("gain", lambda: stage5.quantization.end_to_end_gain(None, None)),
          ("kv", lambda: cfg.kv_bytes_per_token(2))]""",
+    "ex04": """import stage5.engine.fleet as fleet
+CASES = [("route", lambda: fleet.route_by_prefix([1], [{"load": 0, "blocks": {1}}], 0, -1)),
+         ("held", lambda: fleet.prefix_blocks_held([1], {1})),
+         ("pick", lambda: fleet.pick_replica([1], [0], 0, -1)),
+         ("kv", lambda: cfg.kv_bytes_per_token(2))]""",
 }
 
 
@@ -103,12 +108,12 @@ def test_switching_the_blocking_off_reaches_no_answer_in_the_sandbox(exercise, t
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     lines = dict(line.split(" ", 1) for line in done.stdout.splitlines() if " " in line)
-    refused = {"ex01": ("kv", "src"), "ex03": ("diagnose", "simulate", "gain")}[exercise]
+    refused = {"ex01": ("kv", "src"), "ex03": ("diagnose", "simulate", "gain"), "ex04": ("route", "held", "pick")}[exercise]
     for label in refused:
         assert lines[label].startswith("refused"), (label, done.stdout)
     if exercise == "ex01":  # reached, the function itself is the stub that raises
         assert lines["floor"].startswith("GOT <function decode_floor_s"), done.stdout
-    else:  # exercise 3 gives kv_bytes_per_token back (you wrote it in exercise 1)
+    else:  # exercise 3 gives kv_bytes_per_token back (you wrote it in exercise 1); exercise 4 never takes it
         assert lines["kv"].startswith("GOT "), done.stdout
     assert lines["weight_bytes"] == "True"  # what the exercise gives stays
     assert all(v.endswith(" 0") for k, v in lines.items() if k == "bytecode"), done.stdout

@@ -27,6 +27,7 @@ from pathlib import Path
 
 from .blocking import _resolve
 from .ex03 import DIAGNOSIS_BLOCKED
+from .ex04 import ROUTING_BLOCKED
 
 #: Per assignment: what its kernel's course package lacks, as its Rules put it off limits and its hidden tests
 #: switch off (exercise 1's lists are its hidden tests'; tests/test_grading_view.py checks they stay covered).
@@ -40,6 +41,7 @@ BLOCKED: dict[str, tuple[str, ...]] = {
     # kernel, so the engine must be there; its answers are switched off during the hidden checks and flagged by
     # the review column
     "ex03": DIAGNOSIS_BLOCKED,
+    "ex04": ROUTING_BLOCKED,
 }
 
 
