@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import math
 from pathlib import Path
 
 import pytest
@@ -45,6 +46,12 @@ MUTANTS = [
 ]
 
 
+# Graded through the sandbox instead, as fixtures (tests/submissions/make_fixtures_ex04.py): the grader's own run,
+# tests/test_grading_ex04.py, checks the cells they fail.
+SANDBOXED = {"ignores the load bound", "routes by a hash of the whole prompt", "reads the previous replica's blocks",
+             "ties go to the lowest index, not in turn"}
+
+
 def _notebook(folder: str) -> list[dict]:
     nb = json.loads((REPO / folder / "ex04" / "ex04.ipynb").read_text())
     return [c for c in nb["cells"] if c["cell_type"] == "code"]
@@ -53,12 +60,12 @@ def _notebook(folder: str) -> list[dict]:
 def _grade(cells: list[dict], answers: dict[str, str] | None = None, space: dict | None = None
            ) -> tuple[int, set[str]]:
     """Run the notebook's code cells in order in one namespace (``space``, or a new one; cells replaced by
-    ``answers``, keyed by grade id): (points of the graded cells that pass, the graded cells that fail)."""
+    ``answers``, keyed by grade id, or by cell id for a cell without one): (points of the graded cells that pass, the graded cells that fail)."""
     space = {"__name__": "__main__"} if space is None else space
     points, failed = 0, set()
     for cell in cells:
         meta = cell["metadata"].get("nbgrader", {})
-        source = (answers or {}).get(meta.get("grade_id"), "".join(cell["source"]))
+        source = (answers or {}).get(meta.get("grade_id", cell.get("id")), "".join(cell["source"]))
         try:
             with contextlib.redirect_stdout(io.StringIO()):
                 exec(compile(source, meta.get("grade_id", "cell"), "exec"), space)  # noqa: S102
@@ -96,10 +103,21 @@ def test_the_solution_gets_full_marks_and_the_release_none(solution, measured):
     assert points == 0 and len(failed) == 6
 
 
-@pytest.mark.parametrize("mutant", MUTANTS, ids=[m[0] for m in MUTANTS])
+@pytest.mark.parametrize("mutant", [m for m in MUTANTS if m[0] not in SANDBOXED],
+                         ids=[m[0] for m in MUTANTS if m[0] not in SANDBOXED])
 def test_each_broken_rule_loses_marks_where_that_rule_is_graded(solution, measured, mutant):
     _, gid, old, new, must_fail = mutant
     source = _answer(solution, gid)
     assert source.count(old) == 1, old
     _, failed = _grade(solution, {gid: source.replace(old, new), "measurement": ""}, {"results": measured})
     assert must_fail <= failed, failed
+
+
+def test_the_hidden_fleets_are_what_the_exercise_says():
+    """The notebook promises hidden fleets with a pool small enough to preempt, a load bound and the tightest one."""
+    from stage5.engine.fleet import route_by_prefix
+    from stage5.grading import ex04
+
+    tight = ex04._serve(*ex04.FLEET_RUNS[0], route_by_prefix)
+    assert tight.preemptions > 0 and "load_bound" not in ex04.FLEET_RUNS[0][1]
+    assert sorted(config.get("load_bound", math.inf) for _, config in ex04.FLEET_RUNS) == [0.0, 1.0, math.inf]

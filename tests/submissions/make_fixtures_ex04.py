@@ -16,11 +16,13 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(REPO / "tests"))
 from make_fixtures_ex03 import _gid, _src, fill, solved  # noqa: E402 - the same helpers as ex03's fixtures
-from test_ex04_mutants import MUTANTS  # noqa: E402
+from test_ex04_mutants import MUTANTS, SANDBOXED  # noqa: E402
 
 # fixture name -> the mutant of tests/test_ex04_mutants.py it submits
 BROKEN = {"ignores_bound": "ignores the load bound", "hash_prompt": "routes by a hash of the whole prompt",
           "other_cache": "reads the previous replica's blocks", "lowest_index": "ties go to the lowest index, not in turn"}
+
+assert set(BROKEN.values()) == SANDBOXED
 
 
 def mutant(good: dict, name: str) -> dict:
