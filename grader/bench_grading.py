@@ -22,6 +22,7 @@ from workflow import Course  # noqa: E402
 
 FIXTURES = HERE.parent / "tests" / "submissions"
 SOLVED = {"ex01": "ada lovelace_123_ex01.ipynb", "ex02": "solved_ex02.ipynb", "ex03": "solved_ex03.ipynb",
+          "ex04": "solved_ex04.ipynb",
           "clearing": "solved_clearing.ipynb"}
 
 

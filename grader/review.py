@@ -35,6 +35,7 @@ from pathlib import Path
 
 import stage5
 from stage5.grading.ex03 import DIAGNOSIS_BLOCKED
+from stage5.grading.ex04 import ROUTING_BLOCKED
 
 STAGE5 = Path(stage5.__file__).resolve().parent
 REFERENCE_MODULES = ("stage5.cost", "stage5.models", "stage5.engine.kv", "stage5.engine.scheduler",
@@ -86,6 +87,8 @@ OFF_LIMITS: dict[str, OffLimits] = {
     "ex03": OffLimits(("stage5.levers", "stage5.simulator.simulate", "stage5.cost", "stage5.quantization"),
                       frozenset(t.rsplit(".", 1)[-1] for t in DIAGNOSIS_BLOCKED) | {"simulate"},
                       allowed=frozenset({"kv_bytes_per_token"})),  # "you wrote it in exercise 1"
+    "ex04": OffLimits(("stage5.engine.fleet",), frozenset(t.rsplit(".", 1)[-1] for t in ROUTING_BLOCKED) - {"choose"}
+                      | {"Router"}),  # Router.choose by its class: "choose" alone names too much
     "clearing": OffLimits(("stage5.cost", "stage5.levers", "stage5.scaling", "stage5.long_context",
                            "stage5.simulator")),
 }

@@ -24,7 +24,7 @@ import tomllib
 
 ROOT = Path(__file__).resolve().parents[1]
 SETTINGS = ROOT / "course.toml"
-ASSIGNMENTS = ("ex01", "ex02", "ex03", "clearing")  # in the order the book lists them
+ASSIGNMENTS = ("ex01", "ex02", "ex03", "ex04", "clearing")  # in the order the book lists them
 COLAB = "https://colab.research.google.com"
 BINDER = "https://mybinder.org"
 TORCH_CPU_INDEX = "https://download.pytorch.org/whl/cpu"  # PyTorch's own index of CPU-only builds
@@ -274,7 +274,7 @@ def render_exercises_page(s: Settings) -> str:
                  "installs everything into `.venv` (a few minutes the first time, with a line for each step), "
                  "copies the released exercises once into `my-work/` and opens JupyterLab there: your answers "
                  "are saved in `my-work/`, never in the release. In a Jupyter of your own, install the package "
-                 "first (`pip install -e .` in the course folder; exercise 2 also needs PyTorch's CPU build), "
+                 "first (`pip install -e .` in the course folder; exercises 2 and 4 also need PyTorch's CPU build), "
                  "then open a downloaded notebook.")
         intro = intro + "\n\n" + local
         outro = "Hand the notebook in as your instructor asks."

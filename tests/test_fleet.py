@@ -35,9 +35,10 @@ def text():
     return F.Conversations(SMALL).text
 
 
-def serve(tiny, text, spec=SMALL, **config):
+def serve(tiny, text, spec=SMALL, route=None, **config):
     model, cfg = tiny
-    return F.serve_fleet(model, cfg, CAL, spec, F.FleetConfig(**{**ROOMY, **config}), F.Conversations(spec, text))
+    return F.serve_fleet(model, cfg, CAL, spec, F.FleetConfig(**{**ROOMY, **config}), F.Conversations(spec, text),
+                         route=route)
 
 
 # ------------------------------------------------------------------------------------------ the workload
@@ -199,6 +200,26 @@ def test_the_router_rotates_ties_and_respects_the_bound():
 
 
 # ------------------------------------------------------------------------------------------ bench fleet
+def test_a_routing_function_on_plain_data_routes_as_the_policies_do(tiny, text):
+    """route_by_prefix, given what the router sees as plain data (exercise 4's form), picks what the prefix-aware
+    policy picks, in a pool small enough to preempt; a round-robin function picks what round-robin does."""
+    tight = dict(num_blocks=40, block_size=4, max_batch=4)
+    for bound in (math.inf, 1.0):
+        policy = serve(tiny, text, replicas=3, policy="prefix_aware", load_bound=bound, **tight)
+        routed = serve(tiny, text, replicas=3, load_bound=bound, route=F.route_by_prefix, **tight)
+        assert routed.picks == policy.picks and routed.computed == policy.computed
+    assert policy.preemptions > 0 and len(set(policy.picks)) == 3
+    turn = serve(tiny, text, replicas=3, route=lambda blocks, replicas, bound, last: (last + 1) % len(replicas))
+    assert turn.picks == serve(tiny, text, replicas=3, policy="round_robin").picks
+
+
+@pytest.mark.parametrize("answer", [3, -1, True, "0", None, 1.5])
+def test_a_routing_function_that_names_no_replica_is_refused_in_one_line(tiny, text, answer):
+    with pytest.raises(InputError, match=r"^the routing function returned .*; accepted: the index of a replica, an "
+                                         r"int from 0 to 2$"):
+        serve(tiny, text, replicas=3, route=lambda *_: answer)
+
+
 def test_bench_fleet_json(tiny, monkeypatch, capsys):
     """The command on a small workload: one JSON object with the three policies' hit rate and TTFT percentiles."""
     import stage5.calibrate as calibrate

@@ -15,7 +15,7 @@ import json
 import pytest
 from grading_harness import REPO, intake
 
-EXERCISES = ("ex01", "ex02", "ex03", "clearing")
+EXERCISES = ("ex01", "ex02", "ex03", "ex04", "clearing")
 RELEASES = {ex: json.loads((REPO / "exercises" / ex / f"{ex}.ipynb").read_text()) for ex in EXERCISES}
 # a learner who answered (exercise 1), else the release as handed out: the locked cells are the same
 SUBMITTED = {**RELEASES, "ex01": json.loads((REPO / "tests" / "submissions" / "ex01" / "heads_ex01.ipynb").read_text())}

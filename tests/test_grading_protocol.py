@@ -397,7 +397,7 @@ def test_only_the_gradebooks_cells_run_in_the_grader(tmp_path):
 
 
 # ------------------------------------------------------------------------------------ imports in one direction
-LAYERS = ["checks", "protocol", "blocking", "remote", "ex02_visible", "ex02", "ex03", "seccomp", "cgroup", "view", "sandbox"]  # as stage5/grading/__init__.py lists them
+LAYERS = ["checks", "protocol", "blocking", "remote", "ex02_visible", "ex02", "ex03", "ex04", "seccomp", "cgroup", "view", "sandbox"]  # as stage5/grading/__init__.py lists them
 
 
 def _grading_imports(path: Path) -> set[str]:

@@ -14,7 +14,7 @@ from grading_harness import REPO
 sys.path.insert(0, str(REPO / "grader"))
 import review  # noqa: E402
 
-ASSIGNMENTS = ["clearing", "ex01", "ex02", "ex03"]
+ASSIGNMENTS = ["clearing", "ex01", "ex02", "ex03", "ex04"]
 
 
 def _release(assignment: str) -> dict:

@@ -14,7 +14,7 @@ from grading_harness import REPO
 sys.path.insert(0, str(REPO / "grader"))
 import review  # noqa: E402
 
-EXERCISES = ("ex01", "ex02", "ex03", "clearing")
+EXERCISES = ("ex01", "ex02", "ex03", "ex04", "clearing")
 
 
 def _release(exercise: str) -> dict:

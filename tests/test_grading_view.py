@@ -113,6 +113,11 @@ CASES = [("engine", lambda: getattr(E.Engine(m, m.cfg, "paged", "continuous", nu
          ("visible", lambda: reference_trace(*(shipped[k] for k in KEY_FIELDS)).steps),
          ("unshipped", lambda: reference_trace([["request", 0, [1, 2], 3, None]], "paged", "continuous", 4, 4, 2)),
          ("generate", lambda: generate(m, [1, 2, 3], 3))]""",
+    "ex04": """import stage5.engine.fleet as fleet
+CASES = [("route", lambda: fleet.route_by_prefix([1], [{"load": 0, "blocks": {1}}], 0, -1)),
+         ("held", lambda: fleet.prefix_blocks_held([1], {1})),
+         ("pick", lambda: fleet.pick_replica([1], [0], 0, -1)),
+         ("kv", lambda: cfg.kv_bytes_per_token(2))]""",
 }
 
 
@@ -131,7 +136,7 @@ def test_switching_the_blocking_off_reaches_no_answer_in_the_sandbox(exercise, t
     assert done.returncode == 0, done.stderr
     lines = dict(line.split(" ", 1) for line in done.stdout.splitlines() if " " in line)
     refused = {"ex01": ("kv", "src"), "ex02": ("engine", "allocator", "admit", "scheduler", "attention"),
-               "ex03": ("diagnose", "simulate", "gain")}[exercise]
+               "ex03": ("diagnose", "simulate", "gain"), "ex04": ("route", "held", "pick")}[exercise]
     for label in refused:
         assert lines[label].startswith("refused"), (label, done.stdout)
     if exercise == "ex01":  # reached, the function itself is the stub that raises
@@ -145,7 +150,7 @@ def test_switching_the_blocking_off_reaches_no_answer_in_the_sandbox(exercise, t
         assert lines["visible"] == f"GOT {engine_run(*(shipped[k] for k in KEY_FIELDS)).steps}", done.stdout
         assert lines["unshipped"] == "refused GradingError", done.stdout
         assert lines["generate"].startswith("GOT ["), done.stdout
-    else:  # exercise 3 gives kv_bytes_per_token back (you wrote it in exercise 1)
+    else:  # exercise 3 gives kv_bytes_per_token back (you wrote it in exercise 1); exercise 4 never takes it
         assert lines["kv"].startswith("GOT "), done.stdout
     assert lines["weight_bytes"] == "True"  # what the exercise gives stays
     assert all(v.endswith(" 0") for k, v in lines.items() if k == "bytecode"), done.stdout

@@ -20,7 +20,7 @@ from stage5 import long_context as lc
 from stage5.models import ModelConfig, get_model, model_names
 
 REPO = Path(__file__).resolve().parent.parent
-ASSIGNMENTS = ("ex01", "ex02", "ex03", "clearing")
+ASSIGNMENTS = ("ex01", "ex02", "ex03", "ex04", "clearing")
 HIDDEN = re.compile(r"### BEGIN HIDDEN TESTS\n(.*?)### END HIDDEN TESTS", re.S)
 # A model the exercises price outside the taught set, where the question itself states the rule it needs:
 # (assignment, grade_id, model) -> words the release's question must hold.

@@ -9,7 +9,7 @@ so every name they use stays importable from the package itself:
 * :mod:`.remote` - answers and calls carried between the learner's kernel and the grader, which runs the hidden
   checks itself (grader/host_checks.py);
 * :mod:`.ex02_visible` - exercise 2's visible reference runs, shipped as data (its grading kernel has no engine);
-* :mod:`.ex02`, :mod:`.ex03` - the checks of one exercise each (ex01 and the clearing test use only the modules
+* :mod:`.ex02`, :mod:`.ex03`, :mod:`.ex04` - the checks of one exercise each (ex01 and the clearing test use only the modules
   above);
 * :mod:`.seccomp`, :mod:`.cgroup` - the sandbox's system-call filter and its memory cgroup;
 * :mod:`.view` - the course package a sandboxed kernel sees, without its exercise's off-limits functions;
@@ -54,10 +54,13 @@ from .ex03 import (
     describe_deployment,
     reference_diagnosis,
 )
+from .ex04 import ROUTING_BLOCKED, check_fleet, check_held, check_prediction, check_routes, router_kernel
 from .remote import call_learner
 
 __all__ = [
-    "DIAGNOSIS_BLOCKED", "DIAGNOSIS_FIELDS", "FUNCTION_GAIN_FACTOR", "GAIN_FACTOR", "GB_PER_GiB", "SERVING_BLOCKED",
+    "DIAGNOSIS_BLOCKED", "DIAGNOSIS_FIELDS", "ROUTING_BLOCKED", "check_fleet", "check_held", "check_prediction",
+    "check_routes",
+    "router_kernel", "FUNCTION_GAIN_FACTOR", "GAIN_FACTOR", "GB_PER_GiB", "SERVING_BLOCKED",
     "SERVING_CPU_SECONDS", "UNIT_MISCONCEPTIONS", "GradingError", "UnavailableError", "_learner_failures",
     "call_diagnose", "call_learner", "check_allocator", "check_attention", "check_block_tables", "check_close", "check_contiguous",
     "check_continuous", "check_diagnosis", "check_format", "check_results", "check_serving", "check_stuck", "describe_deployment", "diagnose",

@@ -38,7 +38,7 @@ def _resolve(target: str) -> tuple[Any, str]:
 def _stub(target: str, original: Any) -> Any:
     def blocked(*args: Any, **kwargs: Any) -> Any:
         raise UnavailableError(f"your code called {target}, which computes this answer for you; "
-                               "work it out from the config's fields instead")
+                               "the exercise's Rules put it off limits, so work it out yourself")
     if isinstance(original, property):
         return property(blocked)
     return blocked

@@ -30,6 +30,7 @@ from pathlib import Path
 from .blocking import _resolve
 from .ex02 import ATTENTION_BLOCKED
 from .ex03 import DIAGNOSIS_BLOCKED
+from .ex04 import ROUTING_BLOCKED
 
 #: Per assignment: what its kernel's course package lacks, as its Rules put it off limits and its hidden tests
 #: switch off (exercise 1's lists are its hidden tests'; tests/test_grading_view.py checks they stay covered).
@@ -43,6 +44,7 @@ BLOCKED: dict[str, tuple[str, ...]] = {
     # reference runs shipped as data (.ex02_visible), and generate() stays
     "ex02": ATTENTION_BLOCKED,
     "ex03": DIAGNOSIS_BLOCKED,
+    "ex04": ROUTING_BLOCKED,
 }
 
 
