@@ -319,10 +319,24 @@ def between_sources_band(ratios: np.ndarray, sources: np.ndarray, coverage: floa
     source's offset plus its row's scatter around it. The n sources' median log ratios estimate the offsets' mean
     (m, each source alike) and spread (s_b, sample standard deviation); the rows' deviations from their source's
     median give the scatter within a source (s_w, the mean over sources of each one's mean square). A new source's
-    row then falls within m -+ t_{(1+c)/2, n-1} sqrt(s_b^2 (1 + 1/n) + s_w^2) on a share c of cases if offsets and
-    scatter are normal in the log: the textbook prediction interval for a new group of a one-way random-effects
-    model, with Student's t because s_b comes from only n sources. It widens with the disagreement between
-    sources and with how few there are, which the quantiles of the pooled rows (:func:`rows_band`) leave out."""
+    row then falls within m -+ t_{(1+c)/2, n-1} sqrt(s_b^2 (1 + 1/n) + s_w^2) on about a share c of cases if offsets
+    and scatter are normal in the log: the prediction interval for a new study of a random-effects meta-analysis
+    (Higgins, Thompson and Spiegelhalter, JRSS A 172, 2009, doi:10.1111/j.1467-985X.2008.00552.x), with the sources
+    as the studies, n - 1 degrees of freedom (s_b is estimated from the n offsets themselves) and the scatter within
+    a source added, since a row lands, not a source's average. It widens with the disagreement between sources and
+    with how few there are, which the quantiles of the pooled rows (:func:`rows_band`) leave out. With so few
+    sources it can still miss more often than it claims: :func:`calibration` measures how often."""
+    terms = band_terms(ratios, sources, coverage)
+    if terms is None:
+        return None
+    half = terms["t"] * math.sqrt(terms["between"] ** 2 * (1 + 1 / terms["n"]) + terms["within"] ** 2)
+    return math.exp(terms["centre"] - half), math.exp(terms["centre"] + half)
+
+
+def band_terms(ratios: np.ndarray, sources: np.ndarray, coverage: float) -> dict[str, float] | None:
+    """The terms of :func:`between_sources_band`: ``n`` sources, ``centre`` m (the mean of the sources' median
+    log ratios), ``between`` s_b and ``within`` s_w (natural-log units) and ``t``, Student's (1 + coverage) / 2
+    quantile at n - 1 degrees of freedom; None with fewer than :data:`MIN_BAND_SOURCES` sources."""
     keys = sorted(set(sources))
     n = len(keys)
     if n < MIN_BAND_SOURCES:
@@ -330,9 +344,8 @@ def between_sources_band(ratios: np.ndarray, sources: np.ndarray, coverage: floa
     logs = np.log(ratios)
     medians = np.array([np.median(logs[sources == k]) for k in keys])
     within = float(np.mean([np.mean((logs[sources == k] - m) ** 2) for k, m in zip(keys, medians, strict=True)]))
-    half = student_t_quantile((1 + coverage) / 2, n - 1) * math.sqrt(np.var(medians, ddof=1) * (1 + 1 / n) + within)
-    centre = float(np.mean(medians))
-    return math.exp(centre - half), math.exp(centre + half)
+    return {"n": float(n), "centre": float(np.mean(medians)), "between": float(np.std(medians, ddof=1)),
+            "within": math.sqrt(within), "t": student_t_quantile((1 + coverage) / 2, n - 1)}
 
 
 BAND_RULES = {"between sources": between_sources_band, "rows": rows_band}
@@ -356,6 +369,7 @@ class Band:
     points: int
     pooled: bool
     families: tuple[str, ...]
+    terms: tuple[tuple[str, float], ...] = ()  # band_terms of the rows it rests on (none for the unknown engine's)
 
 
 def _band_rows(d: Decomposed, ratio: np.ndarray, metric: str, batch: str, engine_class: str,
@@ -402,9 +416,10 @@ def _band(metric: str, batch: str, engine_class: str, family: str, coverage: flo
     for rows, pooled in ((same, False), (sel, True)):
         got = BAND_RULES[BAND_RULE](ratio[rows], d.source[rows], coverage)
         if got is not None:
+            terms = band_terms(ratio[rows], d.source[rows], coverage) if BAND_RULE == "between sources" else None
             return Band(metric, batch, engine_class, family, got[0], got[1], coverage,
                         tuple(sorted(str(x) for x in set(d.source[rows]))), int(rows.sum()), pooled,
-                        tuple(sorted(str(x) for x in set(d.row_family[rows]))))
+                        tuple(sorted(str(x) for x in set(d.row_family[rows]))), tuple((terms or {}).items()))
     return None
 
 
