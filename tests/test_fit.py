@@ -302,3 +302,17 @@ def test_a_hypothetical_variant_of_a_chip_keeps_its_family_and_fitted_efficienci
     assert cost.gpu_family(wide) == cost.gpu_family(h100) == "hopper"
     assert cost.fitted_allreduce_scale(wide) == cost.fitted_allreduce_scale(h100)
     assert cost.gpu_family(cost.get_gpu("B200")) == "blackwell" and "blackwell" not in fitted.BANDWIDTH_FRACTION
+
+
+def test_the_simulator_s_band_in_ms_never_reaches_below_its_floor():
+    from dataclasses import replace
+
+    from stage5.simulator import SimInputs, simulate, to_html
+
+    for x in (SimInputs(mode="estimate"), SimInputs(mode="estimate", concurrency=1, prompt=64)):
+        out, floor = simulate(x), simulate(replace(x, mode="floor"))
+        got = re.findall(r"(TPOT|TTFT) error band</td><td>[^<]*for this estimate ([\d.]+)-([\d.]+) ms", to_html(out, x))
+        assert got  # at least the TTFT has a band
+        for label, lo, hi in got:
+            edge = {"TPOT": floor.tpot_ms, "TTFT": floor.ttft_ms}[label]
+            assert float(lo) >= round(edge, 2) and float(hi) > float(lo), (label, lo, edge)
