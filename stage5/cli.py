@@ -212,10 +212,12 @@ def deploy_main(argv: list[str]) -> int:
         from stage5 import fit
         print(f"  (estimate mode: stage5.cost.Estimate's terms, the {dep.estimate.engine} engine profile, matmuls at "
               f"{info['tensor_format']})")
+        # the band in ms never reaches below the floor of the same deployment, batch and lengths
+        floor = diagnose_deployment(cost.floor_deployment(dep), args.context, args.batch, args.prompt, args.price)
         for metric, label in (("tpot_ms", "TPOT"), ("ttft_ms", "TTFT")):
             batch = args.batch if metric == "tpot_ms" else 1  # a TTFT is priced for one prompt
             print(f"  {label} {info[metric]:.2f} ms: "
-                  f"{fit.band_sentence(metric, dep.estimate.engine, dep.gpu.name, batch)}")
+                  f"{fit.band_sentence(metric, dep.estimate.engine, dep.gpu.name, batch, info[metric], floor[metric])}")
     if model.sliding_window and args.context > model.sliding_window:
         print(f"  note: {_window_note(model)}")
     return 0

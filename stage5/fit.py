@@ -10,11 +10,13 @@ Every accuracy reported is out of sample: leave-one-source-out over all sources 
 source is scored by a refit without it; a held-out source by the frozen fit, which never saw it), and the held-out
 sources alone (:func:`fit_report`).
 
-The error band printed with an estimate (:func:`band`) is the spread of measured / estimate over the
-leave-one-source-out rows of its regime (metric; batch 1 or batched; engine class), each source weighing alike, from
-at least :data:`MIN_BAND_SOURCES` sources of the GPU's family, or, saying so, of every family; with fewer there is no
-band. Its calibration (claimed coverage against the share of an unseen source's rows it holds) is in
-:func:`calibration`.
+The error band printed with an estimate (:func:`band`) is a prediction interval for the measured / estimate of a
+source it has not seen, built from the leave-one-source-out rows of its regime (metric; batch 1 or batched; engine
+class) by :func:`between_sources_band`: the sources' spread between them as well as within them, each source weighing
+alike, from at least :data:`MIN_BAND_SOURCES` sources of the GPU's family, or, saying so, of every family; with fewer
+there is no band. Its calibration (claimed coverage against the share of an unseen source's rows it holds, judged by
+nested leave-one-source-out: the band for a source is built as if that source had never been published) is in
+:func:`calibration`, beside the rule used before (:func:`rows_band`) for comparison.
 
 How a row is fitted fast: each priced row is split once into its steps, each step's bytes and FLOPs priced at unit
 efficiency (:func:`decompose`), so a step under any constants is max(weights / f, FLOPs / e) + KV / f + all-reduce / r,
@@ -24,6 +26,7 @@ or the host's launch time where longer, plus the fixed step time: the estimate's
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, replace
 from functools import lru_cache
 
@@ -283,8 +286,24 @@ def _regime(d: Decomposed, i: int) -> tuple[str, str, str]:
     return str(d.metric[i]), "batch 1" if d.batch1[i] else "batched", str(d.band_class[i])
 
 
-def _band_from(ratios: np.ndarray, sources: np.ndarray, coverage: float) -> tuple[float, float] | None:
-    """The source-weighted (1 -+ coverage) / 2 quantiles of measured / estimate, or None with too few sources."""
+@lru_cache(maxsize=256)
+def student_t_quantile(p: float, dof: int) -> float:
+    """The ``p`` quantile (0.5 <= p < 1) of Student's t with ``dof`` degrees of freedom, by integrating its density
+    (numpy only; to within 1e-6 of the tabled values, checked by tests/test_fit.py)."""
+    if not 0.5 <= p < 1 or dof < 1:
+        raise ValueError(f"need 0.5 <= p < 1 and at least one degree of freedom, got p={p!r}, dof={dof!r}")
+    scale = math.exp(math.lgamma((dof + 1) / 2) - math.lgamma(dof / 2)) / math.sqrt(dof * math.pi)
+    x = np.linspace(0.0, 400.0, 800_001)
+    density = scale * (1 + x * x / dof) ** (-(dof + 1) / 2)
+    cdf = 0.5 + np.concatenate(([0.0], np.cumsum((density[1:] + density[:-1]) / 2 * np.diff(x))))
+    return float(np.interp(p, cdf, x))
+
+
+def rows_band(ratios: np.ndarray, sources: np.ndarray, coverage: float) -> tuple[float, float] | None:
+    """The rule used before issue 47's correction, kept for comparison: the source-weighted (1 -+ coverage) / 2
+    quantiles of the rows' measured / estimate, or None with too few sources. It measures how rows spread around
+    the sources already published, not where a new source lands: with three to five sources that disagree more than
+    each one's rows spread, it missed an unseen source's rows far more often than it claimed."""
     keys = sorted(set(sources))
     if len(keys) < MIN_BAND_SOURCES:
         return None
@@ -293,10 +312,51 @@ def _band_from(ratios: np.ndarray, sources: np.ndarray, coverage: float) -> tupl
     return (_weighted_quantile(ratios, w, (1 - coverage) / 2), _weighted_quantile(ratios, w, (1 + coverage) / 2))
 
 
+def between_sources_band(ratios: np.ndarray, sources: np.ndarray, coverage: float) -> tuple[float, float] | None:
+    """The band for a row of a source not among ``sources``, or None with fewer than :data:`MIN_BAND_SOURCES`.
+
+    Why this rule (fixed before any held-out coverage was looked at): a new source's log(measured / estimate) is its
+    source's offset plus its row's scatter around it. The n sources' median log ratios estimate the offsets' mean
+    (m, each source alike) and spread (s_b, sample standard deviation); the rows' deviations from their source's
+    median give the scatter within a source (s_w, the mean over sources of each one's mean square). A new source's
+    row then falls within m -+ t_{(1+c)/2, n-1} sqrt(s_b^2 (1 + 1/n) + s_w^2) on about a share c of cases if offsets
+    and scatter are normal in the log: the prediction interval for a new study of a random-effects meta-analysis
+    (Higgins, Thompson and Spiegelhalter, JRSS A 172, 2009, doi:10.1111/j.1467-985X.2008.00552.x), with the sources
+    as the studies, n - 1 degrees of freedom (s_b is estimated from the n offsets themselves) and the scatter within
+    a source added, since a row lands, not a source's average. It widens with the disagreement between sources and
+    with how few there are, which the quantiles of the pooled rows (:func:`rows_band`) leave out. With so few
+    sources it can still miss more often than it claims: :func:`calibration` measures how often."""
+    terms = band_terms(ratios, sources, coverage)
+    if terms is None:
+        return None
+    half = terms["t"] * math.sqrt(terms["between"] ** 2 * (1 + 1 / terms["n"]) + terms["within"] ** 2)
+    return math.exp(terms["centre"] - half), math.exp(terms["centre"] + half)
+
+
+def band_terms(ratios: np.ndarray, sources: np.ndarray, coverage: float) -> dict[str, float] | None:
+    """The terms of :func:`between_sources_band`: ``n`` sources, ``centre`` m (the mean of the sources' median
+    log ratios), ``between`` s_b and ``within`` s_w (natural-log units) and ``t``, Student's (1 + coverage) / 2
+    quantile at n - 1 degrees of freedom; None with fewer than :data:`MIN_BAND_SOURCES` sources."""
+    keys = sorted(set(sources))
+    n = len(keys)
+    if n < MIN_BAND_SOURCES:
+        return None
+    logs = np.log(ratios)
+    medians = np.array([np.median(logs[sources == k]) for k in keys])
+    within = float(np.mean([np.mean((logs[sources == k] - m) ** 2) for k, m in zip(keys, medians, strict=True)]))
+    return {"n": float(n), "centre": float(np.mean(medians)), "between": float(np.std(medians, ddof=1)),
+            "within": math.sqrt(within), "t": student_t_quantile((1 + coverage) / 2, n - 1)}
+
+
+BAND_RULES = {"between sources": between_sources_band, "rows": rows_band}
+BAND_RULE = "between sources"  # the rule every printed band uses; the other is reported beside it
+
+
 @dataclass(frozen=True)
 class Band:
-    """An error band: measured / estimate between ``low`` and ``high`` on ``coverage`` of the rows it rests on, with
-    the sources, points and GPU families it rests on, and whether it is pooled over families (``pooled``)."""
+    """An error band: measured / estimate expected between ``low`` and ``high`` on ``coverage`` of an unseen
+    source's rows (:func:`between_sources_band`), with the sources, points and GPU families it rests on, and whether
+    it is pooled over families (``pooled``)."""
 
     metric: str
     batch: str
@@ -309,6 +369,7 @@ class Band:
     points: int
     pooled: bool
     families: tuple[str, ...]
+    terms: tuple[tuple[str, float], ...] = ()  # band_terms of the rows it rests on (none for the unknown engine's)
 
 
 def _band_rows(d: Decomposed, ratio: np.ndarray, metric: str, batch: str, engine_class: str,
@@ -353,17 +414,20 @@ def _band(metric: str, batch: str, engine_class: str, family: str, coverage: flo
     sel = _band_rows(d, ratio, metric, batch, engine_class)
     same = sel & (d.row_family == family)
     for rows, pooled in ((same, False), (sel, True)):
-        got = _band_from(ratio[rows], d.source[rows], coverage)
+        got = BAND_RULES[BAND_RULE](ratio[rows], d.source[rows], coverage)
         if got is not None:
+            terms = band_terms(ratio[rows], d.source[rows], coverage) if BAND_RULE == "between sources" else None
             return Band(metric, batch, engine_class, family, got[0], got[1], coverage,
                         tuple(sorted(str(x) for x in set(d.source[rows]))), int(rows.sum()), pooled,
-                        tuple(sorted(str(x) for x in set(d.row_family[rows]))))
+                        tuple(sorted(str(x) for x in set(d.row_family[rows]))), tuple((terms or {}).items()))
     return None
 
 
-def band_sentence(metric: str, engine: str = "graphs", gpu: str | None = None, batch: int = 1) -> str:
-    """The sentence an estimate of ``metric`` is printed with: its calibrated band and what it rests on, or why
-    there is none (:func:`band`)."""
+def band_sentence(metric: str, engine: str = "graphs", gpu: str | None = None, batch: int = 1,
+                  estimate_ms: float | None = None, floor_ms: float | None = None) -> str:
+    """The sentence an estimate of ``metric`` is printed with: its calibrated band and what it rests on (sources and
+    points), or why there is none (:func:`band`). Given the estimate (and its floor, in ms), it ends with the band in
+    ms, its low edge raised to the floor where the band reaches below it: no server runs faster than the floor."""
     b = band(metric, batch, engine, gpu)
     label = METRICS[metric].split("/")[0]
     regime = f"{label} at {'batch 1' if batch == 1 else 'batches above 1'}, {cost.ENGINES[engine].band_class} engines"
@@ -376,33 +440,76 @@ def band_sentence(metric: str, engine: str = "graphs", gpu: str | None = None, b
              f"pooled over GPU families ({', '.join(b.families)})" if b.pooled else f"{family} GPUs only")
     unknown = " (an engine the registry does not know: the widest band of any engine class)" if engine == "unknown" \
         else ""
-    return (f"measured {label} came out at {b.low:.2f}-{b.high:.2f}x such estimates on {b.coverage:.0%} of "
-            f"{b.points} published points from {len(b.sources)} sources ({', '.join(b.sources)}), each source "
-            f"weighed alike, every estimate made without its own source; {where}{unknown}")
+    out = (f"measured {label} is expected at {b.low:.2f}-{b.high:.2f}x such estimates on {b.coverage:.0%} of an "
+           f"unseen source's points: a band from {len(b.sources)} sources ({', '.join(b.sources)}) and {b.points} "
+           "published points, each source weighed alike, every estimate made without its own source, widened by the "
+           f"spread between the sources; {where}{unknown}")
+    if estimate_ms is None:
+        return out
+    low, high = band_ms(b, estimate_ms, floor_ms)
+    raised = floor_ms is not None and low == floor_ms and b.low * estimate_ms < floor_ms
+    return out + f"; for this estimate {low:.2f}-{high:.2f} ms" + (" (the low edge raised to the floor)" if raised else "")
+
+
+def band_ms(b: Band, estimate_ms: float, floor_ms: float | None = None) -> tuple[float, float]:
+    """Band ``b`` around an estimate of ``estimate_ms``, in ms, the low edge never below ``floor_ms``."""
+    if not (np.isfinite(estimate_ms) and estimate_ms > 0) or (floor_ms is not None and not np.isfinite(floor_ms)):
+        raise ValueError(f"an estimate is a positive finite time in ms, got {estimate_ms!r} (floor {floor_ms!r})")
+    low = b.low * estimate_ms
+    return (low if floor_ms is None else max(low, floor_ms)), b.high * estimate_ms
+
+
+@lru_cache(maxsize=64)
+def _fit_without(excluded: tuple[str, ...]) -> np.ndarray:
+    """Every row's estimate from a refit on the fit sources less ``excluded`` (sorted)."""
+    d = decompose()
+    return estimates(fit_constants(tuple(s for s in fit_sources() if s not in excluded), d), d)
+
+
+@lru_cache(maxsize=64)
+def ratios_without(source: str) -> np.ndarray:
+    """Every row's measured / estimate as the leave-one-source-out report would give it had ``source`` never been
+    published: each other fit source by a refit without it and ``source``, each held-out source by the fit without
+    ``source``. ``source``'s own rows keep their leave-one-source-out ratio. For a held-out source that is the
+    leave-one-source-out ratio everywhere (no fit saw it)."""
+    d = decompose()
+    if source not in fit_sources():
+        return d.measured / loso_estimates()[0]
+    est = _fit_without((source,)).copy()
+    for other in fit_sources():
+        mine = d.source == other
+        est[mine] = (loso_estimates()[0] if other == source else _fit_without(tuple(sorted({source, other}))))[mine]
+    return d.measured / est
 
 
 def calibration(claims: tuple[float, ...] = CLAIMS, sources: tuple[str, ...] | None = None,
-                band_sources: tuple[str, ...] | None = None) -> dict[str, dict[str, float]]:
-    """For each claimed coverage: the share of an unseen source's rows its band holds, source-balanced. Each source
-    of ``sources`` (default: all) is scored by bands built without it from the leave-one-source-out rows of
-    ``band_sources`` (default: all others) of its own regime, pooled over GPU families (a source whose regime has
-    fewer than :data:`MIN_BAND_SOURCES` others has no band and is not counted; None where no source is)."""
+                band_sources: tuple[str, ...] | None = None, rule: str = BAND_RULE,
+                nested: bool = True) -> dict[str, dict[str, float]]:
+    """For each claimed coverage: the share of an unseen source's rows its band holds, source-balanced, with the
+    sources and rows it was judged on. Each source of ``sources`` (default: all) is scored by bands built by
+    ``rule`` (:data:`BAND_RULES`) without it from the rows of ``band_sources`` (default: all others) of its own
+    regime, pooled over GPU families; ``nested`` (the default) builds them from :func:`ratios_without` it, so not
+    even the fit behind the other sources' ratios saw it. A source whose regime has fewer than
+    :data:`MIN_BAND_SOURCES` others has no band and is not counted; None where no source is."""
+    if rule not in BAND_RULES:
+        raise ValueError(f"unknown band rule {rule!r}; accepted: {', '.join(BAND_RULES)}")
     d = decompose()
-    ratio = d.measured / loso_estimates()[0]
+    own = d.measured / loso_estimates()[0]
     sources = tuple(sorted(SOURCES)) if sources is None else sources
     out = {}
     for claim in claims:
         held, scored, rows = [], [], 0
         for k in sources:
+            ratio = ratios_without(k) if nested else own
             mine = np.flatnonzero(d.source == k)
             inside, n = 0, 0
             for regime in sorted({_regime(d, i) for i in mine}):
                 sel = _band_rows(d, ratio, *regime, exclude=k, only=band_sources)
-                got = _band_from(ratio[sel], d.source[sel], claim)
+                got = BAND_RULES[rule](ratio[sel], d.source[sel], claim)
                 if got is None:
                     continue
                 part = mine[[(_regime(d, i) == regime) for i in mine]]
-                inside += int(np.sum((ratio[part] >= got[0]) & (ratio[part] <= got[1])))
+                inside += int(np.sum((own[part] >= got[0]) & (own[part] <= got[1])))
                 n += len(part)
             if n:
                 held.append(inside / n)
@@ -433,8 +540,8 @@ def split_report(fit_set: tuple[str, ...]) -> dict[str, object]:
 def fit_report() -> dict[str, object]:
     """The fit and its out-of-sample scores: the frozen constants and a fresh refit (equal within rounding), the
     fit and held-out sources, leave-one-source-out shares over all sources, the held-out sources' shares under the
-    frozen fit, per regime; the bands; their calibration over all sources and on the held-out sources (bands built
-    from the fit sources only)."""
+    frozen fit, per regime; the bands; their calibration over all sources (nested leave-one-source-out) and on the
+    held-out sources (bands built from the fit sources only), for the rule printed and every rule compared."""
     d = decompose()
     loso, used = loso_estimates()
     frozen_est = estimates(frozen(), d)
@@ -462,9 +569,15 @@ def fit_report() -> dict[str, object]:
         "held_out": {**_shares((frozen_est / d.measured)[held_rows], d.source[held_rows]), "by_metric": {
             METRICS[m]: _shares((frozen_est / d.measured)[held_rows & (d.metric == m)],
                                 d.source[held_rows & (d.metric == m)]) for m in METRICS}},
-        "bands": bands,
+        "bands": bands, "band_rule": BAND_RULE,
+        # the rule printed, judged by nested leave-one-source-out, then on the held-out sources with bands from the
+        # fit sources alone; and the same two figures for every other rule compared (BAND_RULES), so the choice is
+        # shown, not hidden
         "band_calibration": calibration(),
         "band_coverage_held_out": calibration(sources=held, band_sources=fit_set),
+        "band_rules_compared": {rule: {"calibration": calibration(rule=rule),
+                                       "held_out": calibration(sources=held, band_sources=fit_set, rule=rule)}
+                                for rule in BAND_RULES},
         "constants_without": {k: v for k, v in used.items() if k in fit_set},
         "lever_ratios_leave_one_source_out": _ratio_summary(),
     }
@@ -475,6 +588,12 @@ def _ratio_summary() -> dict[str, float]:
 
     got = validate.ratio_shares(loso_rows())
     return {"pairs": got["pairs"], "within_25pct": got["within_25pct"], "source_balanced": got["source_balanced"]}
+
+
+def _sample(levels: dict[str, dict]) -> str:
+    """' (n sources, m points)': what a calibration figure was judged on (the same at every claim)."""
+    v = next(iter(levels.values()))
+    return f" ({len(v['sources'])} sources, {v['points']} points)"
 
 
 def format_constants(params: dict[str, float]) -> list[str]:
@@ -525,7 +644,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{name}: {part['points']} points, within 25% {part['within_25pct']:.0%} (source-balanced "
               f"{part['balanced_within_25pct']:.0%}), within x1.5 {part['within_1.5x']:.0%} (source-balanced "
               f"{part['balanced_within_1.5x']:.0%})")
-    print("error bands (measured / estimate, leave-one-source-out):")
+    print(f"error bands (measured / estimate expected for an unseen source; rule: {rep['band_rule']}):")
     for regime, b in rep["bands"].items():
         print(f"  {regime}: " + ("no band (fewer than three sources)" if b is None else
                                  f"{b['low']:.2f}-{b['high']:.2f}x on {b['coverage']:.0%}, {b['points']} points from "
@@ -534,5 +653,12 @@ def main(argv: list[str] | None = None) -> int:
                                                                "band_coverage_held_out")):
         print(f"band calibration, {name}: " + ", ".join(
             f"claimed {v['claimed']:.0%} held " + ("no source" if v["held"] is None else f"{v['held']:.0%}")
-            for v in rep[key].values()))
+            for v in rep[key].values()) + _sample(rep[key]))
+    for rule, got in rep["band_rules_compared"].items():
+        if rule != rep["band_rule"]:
+            print(f"  (rule '{rule}', compared: claimed 80% held "
+                  + "; ".join(f"{'no source' if v['held'] is None else format(v['held'], '.0%')} {what}"
+                              + _sample({"x": v}) for what, v in (("of every source", got["calibration"]["0.80"]),
+                                                                  ("of the held-out", got["held_out"]["0.80"])))
+                  + ")")
     return 0

@@ -218,7 +218,10 @@ def to_html(out: SimOutputs, inputs: SimInputs | None = None) -> str:
     objective = inputs.objective if inputs else "cost"
     if inputs is not None and inputs.mode == "estimate":  # an estimate is shown with the error its validation gives
         from stage5.fit import band_sentence
-        rows += [(f"{label} error band", band_sentence(metric, gpu=inputs.gpu, batch=batch))  # a TTFT: one prompt
+        floor = simulate(replace(inputs, mode="floor"))  # the band's low edge in ms never reaches below it
+        rows += [(f"{label} error band", band_sentence(metric, gpu=inputs.gpu, batch=batch,  # a TTFT: one prompt
+                                                       estimate_ms=getattr(out, metric),
+                                                       floor_ms=getattr(floor, metric) if floor.ok else None))
                  for metric, label, batch in (("tpot_ms", "TPOT", inputs.concurrency), ("ttft_ms", "TTFT", 1))]
     rows += [(f"gain: {LEVER_LABELS[k]}", f"{v:.2f}x" + (" (best)" if k == out.best_lever else ""))
              for k, v in out.gains.items()]

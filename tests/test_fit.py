@@ -124,7 +124,7 @@ def test_deploy_estimate_on_every_registry_gpu_and_format_prints_a_band_or_says_
                 continue
             for label in ("TPOT", "TTFT"):
                 line = [x for x in out.splitlines() if x.strip().startswith(label)][-1]  # the band's line comes last
-                assert "came out at" in line or "no error band" in line, (gpu, fmt, line)
+                assert "is expected at" in line or "no error band" in line, (gpu, fmt, line)
 
 
 def test_the_engine_profiles_cite_their_counts_and_a_fixed_step_adds_to_every_step():
@@ -176,20 +176,110 @@ def test_lever_ratios_out_of_sample_within_25_percent_on_65_percent_source_balan
                    "row (Hugging Face transformers and vLLM 0.6.3 at batch 1 both at 0.38: the launch cost fitted on "
                    "TinyChat's baseline and the step time fitted on gpt-fast and vLLM on MI300X do not carry to their "
                    "host). What would meet it: a launch cost and a vLLM-0.6 step time fitted on several engines' "
-                   "hosts (the next fit, with Qwen's rows joining), and a profiler trace of TinyChat's prefill")
+                   "hosts, and a profiler trace of TinyChat's prefill. Not done: a refit with Qwen's two sources "
+                   "joining (fit.split_report) would report 70% of 104 points and 82% source-balanced on the four "
+                   "sources left held out, but only by moving the two sources the fit misses out of the held-out set, "
+                   "a choice made by looking at held-out scores; the next fit should join sources on a schedule, not "
+                   "on this target")
 def test_held_out_within_x1_5_on_70_percent_and_60_percent_source_balanced():
     got = _rep()["held_out"]
     assert got["within_1.5x"] >= 0.70 and got["balanced_within_1.5x"] >= 0.60
 
 
-@pytest.mark.xfail(strict=True, reason="the 80% band held 57% of an unseen source's rows (source-balanced, 7 sources "
-                   "with a band; 38% of the 2 held-out sources' rows with bands from the fit sources alone); target "
-                   "70-90%. Bands rest on 3-5 sources each, and the sources disagree more than each source's rows "
-                   "spread, so a band from the others misses the one left out. What would meet it: more sources per "
-                   "regime (the issue's 584-row set), or bands widened by the spread between sources, not only within "
-                   "them")
 def test_the_80_percent_band_covers_70_to_90_percent_of_unseen_sources():
-    assert 0.70 <= _rep()["band_calibration"]["0.80"]["held"] <= 0.90
+    """Judged by nested leave-one-source-out: each source scored by bands built as if it had never been published
+    (before the between-sources rule: 57% with the fit's leave-one-source-out ratios, 68% nested)."""
+    got = _rep()["band_calibration"]["0.80"]
+    assert 0.70 <= got["held"] <= 0.90 and len(got["sources"]) >= 5
+
+
+@pytest.mark.xfail(strict=True, reason="on the held-out sources, with bands from the fit sources alone, the 80% band "
+                   "holds 100% of 25 points from 2 sources (TensorRT-LLM's TTFTs in two sources; no other held-out "
+                   "source shares a regime with three fit sources): target 70-90%. It covers more than it claims, not "
+                   "less: the three fit sources with batch-1 TTFTs (MI300X, LMDeploy, NIM) disagree by up to 7x, so "
+                   "their band is wide. What would meet it: more held-out sources in regimes the fit sources cover, "
+                   "or more fit sources per regime")
+def test_the_80_percent_band_covers_70_to_90_percent_of_the_held_out_sources():
+    assert 0.70 <= _rep()["band_coverage_held_out"]["0.80"]["held"] <= 0.90
+
+
+def test_student_t_quantiles_match_the_tables():
+    for p, dof, tabled in ((0.9, 2, 1.885618), (0.95, 4, 2.131847), (0.975, 10, 2.228139), (0.975, 1, 12.706205),
+                           (0.9, 30, 1.310415)):
+        assert fit.student_t_quantile(p, dof) == pytest.approx(tabled, abs=1e-5)
+    with pytest.raises(ValueError, match="degree"):
+        fit.student_t_quantile(0.9, 0)
+
+
+def test_the_band_widens_with_the_spread_between_sources():
+    sources = np.repeat(np.array(["a", "b", "c"]), 5)
+    within = np.tile(np.exp(np.linspace(-0.1, 0.1, 5)), 3)
+    agree = fit.between_sources_band(within, sources, 0.8)
+    apart = fit.between_sources_band(within * np.repeat(np.exp([-0.5, 0.0, 0.5]), 5), sources, 0.8)
+    assert apart[1] / apart[0] > 5 * agree[1] / agree[0]
+    assert fit.between_sources_band(within[:10], sources[:10], 0.8) is None  # two sources: no band
+
+
+def test_a_new_source_drawn_like_the_others_is_covered_at_the_claimed_rate():
+    """Monte Carlo under the rule's own model (offsets and scatter normal in the log, four sources known): the
+    between-sources band holds a new source's rows at about the claimed rate; the pooled rows' quantiles (the rule
+    before) hold far fewer. A rule that ignored the spread between sources, or the few sources, fails this."""
+    rng = np.random.default_rng(47)
+    sources = np.repeat(np.array(["a", "b", "c", "d"]), 8)
+    held = {rule: [] for rule in fit.BAND_RULES}
+    for _ in range(1500):
+        ratios = np.exp(np.repeat(rng.normal(0, 0.4, 4), 8) + rng.normal(0, 0.1, 32))
+        new = np.exp(rng.normal(0, 0.4) + rng.normal(0, 0.1, 8))
+        for rule, make in fit.BAND_RULES.items():
+            lo, hi = make(ratios, sources, 0.8)
+            held[rule].append(np.mean((new >= lo) & (new <= hi)))
+    assert 0.75 <= np.mean(held["between sources"]) <= 0.85
+    assert np.mean(held["rows"]) < 0.7
+
+
+def test_nested_calibration_builds_each_band_as_if_its_source_were_never_published():
+    d = fit.decompose()
+    own = d.measured / fit.loso_estimates()[0]
+    left = "lmdeploy-a100"
+    got = fit.ratios_without(left)
+    assert got[d.source == left] == pytest.approx(own[d.source == left])
+    other = d.source == "nim"  # another fit source: a refit without both
+    both = fit.estimates(fit.fit_constants(tuple(s for s in fit.fit_sources() if s not in (left, "nim"))))
+    assert got[other] == pytest.approx(d.measured[other] / both[other])
+    assert not np.allclose(got[other], own[other])
+    assert fit.ratios_without("vllm-ci") == pytest.approx(own)  # a held-out source: no fit saw it
+
+
+def test_the_calibration_reports_every_rule_compared():
+    rep = _rep()
+    assert rep["band_rule"] == fit.BAND_RULE and set(rep["band_rules_compared"]) == set(fit.BAND_RULES)
+    assert rep["band_rules_compared"][fit.BAND_RULE]["calibration"] == rep["band_calibration"]
+
+
+def test_no_band_edge_in_ms_prints_below_the_floor(capsys):
+    from stage5.cli import diagnose_deployment
+    from stage5.quantization import deployment
+
+    for gpu in ("H100-SXM", "A100-80GB", "RTX-4090", "MI300X"):
+        dep = cost.with_mode(deployment("llama3.2-1b", gpu), "estimate")
+        est = diagnose_deployment(dep, 512, 1)
+        low = diagnose_deployment(cost.floor_deployment(dep), 512, 1)
+        for metric in ("tpot_ms", "ttft_ms"):
+            b = fit.band(metric, 1, dep.estimate.engine, gpu)
+            if b is None:
+                continue
+            lo, hi = fit.band_ms(b, est[metric], low[metric])
+            assert lo >= low[metric] and hi > lo and est[metric] >= low[metric]
+            assert f"for this estimate {lo:.2f}-{hi:.2f} ms" in fit.band_sentence(
+                metric, dep.estimate.engine, gpu, 1, est[metric], low[metric])
+            main(["deploy", "--model", "llama3.2-1b", "--gpu", gpu, "--context", "512", "--batch", "1",
+                  "--mode", "estimate"])
+            assert f"for this estimate {lo:.2f}-{hi:.2f} ms" in capsys.readouterr().out
+    b = fit.band("ttft_ms", 1, "graphs", "H100-SXM")
+    assert fit.band_ms(b, 10.0, 9.0)[0] == 9.0 and fit.band_ms(b, 10.0, 0.1)[0] == pytest.approx(10 * b.low)
+    assert "raised to the floor" in fit.band_sentence("ttft_ms", "graphs", "H100-SXM", 1, 10.0, 9.0)
+    with pytest.raises(ValueError, match="positive finite"):
+        fit.band_ms(b, float("nan"))
 
 
 def test_deploy_engine_flag_is_checked_at_the_door(capsys):
@@ -212,3 +302,17 @@ def test_a_hypothetical_variant_of_a_chip_keeps_its_family_and_fitted_efficienci
     assert cost.gpu_family(wide) == cost.gpu_family(h100) == "hopper"
     assert cost.fitted_allreduce_scale(wide) == cost.fitted_allreduce_scale(h100)
     assert cost.gpu_family(cost.get_gpu("B200")) == "blackwell" and "blackwell" not in fitted.BANDWIDTH_FRACTION
+
+
+def test_the_simulator_s_band_in_ms_never_reaches_below_its_floor():
+    from dataclasses import replace
+
+    from stage5.simulator import SimInputs, simulate, to_html
+
+    for x in (SimInputs(mode="estimate"), SimInputs(mode="estimate", concurrency=1, prompt=64)):
+        out, floor = simulate(x), simulate(replace(x, mode="floor"))
+        got = re.findall(r"(TPOT|TTFT) error band</td><td>[^<]*for this estimate ([\d.]+)-([\d.]+) ms", to_html(out, x))
+        assert got  # at least the TTFT has a band
+        for label, lo, hi in got:
+            edge = {"TPOT": floor.tpot_ms, "TTFT": floor.ttft_ms}[label]
+            assert float(lo) >= round(edge, 2) and float(hi) > float(lo), (label, lo, edge)

@@ -108,6 +108,12 @@ FORMULAS: dict[tuple[str, str], tuple[Check, ...] | str] = {
         Check("dollars per million tokens = price per second x seconds per step / tokens per step",
               lambda g: 1e6 * g["price_per_s"] * g["step_ms"] / 1e3 / g["tokens_per_step"], "usd_per_m_good",
               rel=1e-6),),
+    ("09_cost_model", r"\frac{\text{measured}}{\text{estimate}} \in"): tuple(
+        Check(f"the band's {edge} edge exp(m {sign} t sqrt(s_b^2 (1 + 1/n) + s_w^2)) for the batch-1 TPOT",
+              lambda g, k=k: math.exp(g["band_b1_centre"] + k * g["band_b1_t"] * math.sqrt(
+                  g["band_b1_between"] ** 2 * (1 + 1 / g["band_b1_n"]) + g["band_b1_within"] ** 2)),
+              f"band_b1_{edge}", rel=1e-9)
+        for edge, sign, k in (("low", "-", -1), ("high", "+", 1))),
     ("11_scaling_out", r"t_\text{step} = \frac{B\,S\,k}{n\,\beta}"): (
         Check("each GPU's ridge at the achieved rate: peak x MFU / bandwidth",
               lambda g: g[H100_BF16] * g["tp_mfu_pct"] / 100 / g[H100_BW], "tp_ridge_1", rel=1e-6),
