@@ -81,7 +81,7 @@ for cached in pathlib.Path(_cut.__file__).parent.glob(f"__pycache__/{CUT.rsplit(
 print("weight_bytes", cfg.weight_bytes(2) > 0)
 """
 #: A module each exercise's view cuts: its cached bytecode (the real code) must read as empty in the sandbox.
-CUT = {"ex01": "stage5.cost", "ex02": "stage5.engine.kv", "ex03": "stage5.cost"}
+CUT = {"ex01": "stage5.cost", "ex02": "stage5.engine.kv", "ex03": "stage5.cost", "ex04": "stage5.engine.fleet"}
 CASES = {
     "ex01": """CASES = [("kv", lambda: getattr(cfg, "kv_bytes_per_" + "token")(2)),
          ("floor", lambda: __import__("stage5.cost", fromlist=["x"]).decode_floor_s),
