@@ -160,8 +160,12 @@ def test_a_real_ctrl_c_during_calibrate_force(tmp_path):
     path = cal_mod.cache_path(ROOFLINE_TOY)  # the key depends on this host, torch and the thread count only
     path = tmp_path / path.name
     path.write_text(GOOD.to_json())
+    # A terminal's child starts with Ctrl-C's default action; a child started from a process that ignores SIGINT
+    # inherits SIG_IGN across exec and Python then never sees the signal (in a full `make test` run, some earlier
+    # test left this worker so, and the child ran to the end with status 0).
     proc = subprocess.Popen([sys.executable, "-m", "stage5", "calibrate", "--force"], cwd=REPO, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         while proc.poll() is None and _cpu_seconds(proc.pid) < 0.5:
             time.sleep(0.01)
