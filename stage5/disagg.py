@@ -42,8 +42,8 @@ spends ``r D_1`` of its time prefilling, so the decodes' step ``t(b)`` stretches
 ``b = r x output x TPOT`` running (Little's law). With chunked prefill (Sarathi-Serve) each decode step also carries
 ``r x p x step`` prompt tokens, up to the step's token budget (:func:`stage5.cost.mixed_step`: the mean step, the
 prefill work spread evenly), and the oldest prompt is fed what the decodes leave of the budget, step after step:
-an M/D/1 queue whose service is ``ceil(p / (budget - b))`` such steps. Both are solved for the largest rate meeting both targets
-(:func:`colocated_rate`).
+an M/D/1 queue whose service is ``floor(p / (budget - b))`` full steps and one step of what remains (priced at
+that remainder's size). Both are solved for the largest rate meeting both targets (:func:`colocated_rate`).
 
 **When it loses.** Short prompts (the stall ``r D_1`` is small, so colocated decodes barely slow, and the
 prefill pool idles); a small fleet (one replica of each cannot match the two rates, and the slack is wasted); a
@@ -315,6 +315,23 @@ class Colocated:
     batch: float  # sequences decoding at once there
 
 
+def chunked_prefill_s(dep: cost.Deployment, batch: cost.ArrayLike, prompt: float, context: float,
+                      budget: int) -> np.ndarray:
+    """Seconds a colocated replica with chunked prefill takes to feed one ``prompt``-token prompt while ``batch``
+    sequences of ``context`` tokens decode: ``floor(p / c)`` steps carrying a full chunk of ``c = budget - batch``
+    prompt tokens, then one step carrying what remains, priced at its own size (so the time is continuous in the
+    prompt length), each a :func:`stage5.cost.mixed_step` whose chunk attends over half the prompt on average."""
+    b = inputs.reals(batch, "batch (sequences decoding)", low=1.0)
+    p = inputs.positive(prompt, "prompt (tokens)")
+    budget = inputs.integer(budget, "budget (tokens per step)", minimum=1, maximum=1 << 24)
+    per_step = np.maximum(budget - b, 1)
+    full = np.floor(p / per_step)
+    rest = np.maximum(p - full * per_step, 0.0)
+    last = rest > 1e-9 * per_step  # a remainder of rounding error is no step of its own
+    return (full * cost.mixed_step(dep, b, context, per_step, p / 2).time_s
+            + np.where(last, cost.mixed_step(dep, b, context, rest, p / 2).time_s, 0.0))
+
+
 def _colocated_at(pool: Pool, mix: Mix, rates: np.ndarray, mode: str, budget: int) -> tuple[np.ndarray, ...]:
     """(TTFT, TPOT, running) of a colocated replica at each of ``rates`` (inf where it cannot keep up)."""
     dep, p, o = pool.dep, mix.prompt, mix.output
@@ -342,8 +359,7 @@ def _colocated_at(pool: Pool, mix: Mix, rates: np.ndarray, mode: str, budget: in
         ttft = md1_mean_s(rates, d1)
     else:  # the oldest prompt takes what the decodes leave of the budget, step after step: an M/D/1 queue whose
         # service is those steps
-        per_step = np.maximum(budget - b, 1)
-        service = np.ceil(p / per_step) * cost.mixed_step(dep, b, context, np.minimum(p, per_step), p / 2).time_s
+        service = chunked_prefill_s(dep, b, p, context, budget)
         load = rates * service
         ttft = np.where(np.isfinite(tpot) & (load < 1),
                         service + rates * service**2 / (2 * np.maximum(1 - load, 1e-12)), np.inf)
