@@ -30,12 +30,19 @@ BINDER = "https://mybinder.org"
 TORCH_CPU_INDEX = "https://download.pytorch.org/whl/cpu"  # PyTorch's own index of CPU-only builds
 END = "# ---- end of the generated setup ----"
 END_ENGINE = "# ---- end of the generated engine setup ----"
+END_GLUE = "# ---- end of the generated glue ----"
 # A notebook that touches the toy engine (or times torch) needs torch; the cost-model ones must not.
 NEEDS_TORCH = re.compile(r"\btorch\b|stage5\.(engine|exercise_support|calibrate)\b")
 # The generated blocks, whatever release or address they were generated for (so a change of either is found),
 # and the hand-written setup every notebook had before this script existed (so an old copy is replaced).
-GENERATED = re.compile(rf"\A# Setup, generated .*?{re.escape(END)}\n*(# The toy engine .*?{re.escape(END_ENGINE)}\n*)?",
-                       re.S)
+GENERATED = re.compile(rf"\A# Setup, generated .*?{re.escape(END)}\n*(# The toy engine .*?{re.escape(END_ENGINE)}\n*)?"
+                       rf"(# The book build .*?{re.escape(END_GLUE)}\n*)?", re.S)
+# The glue fallback each book notebook once carried by hand (it printed values glued with display=False too).
+LEGACY_GLUE = re.compile(r"try:\n    from myst_nb import glue  # the book build pastes glued values into the prose\n"
+                         r"except ImportError:  # elsewhere, print them so the prose's numbers are visible\n"
+                         r"    def glue\(name, value, display=True\):\n        print\([^\n]*\)\n*")
+# A notebook that glues values into its prose (the generated fallback itself aside).
+NEEDS_GLUE = re.compile(r"^\s*glue\(", re.M)
 LEGACY = re.compile(r'\A# Setup\. .*?find_spec\("stage5"\) is None:\n[^\n]*\n\n*', re.S)
 
 
@@ -188,6 +195,23 @@ if importlib.util.find_spec("torch") is None:
 {END_ENGINE}'''
 
 
+def glue_block() -> str:
+    """Added after the setup in notebooks that glue values into their prose. Outside the book build (Colab, a bare
+    Jupyter) myst-nb is missing: a value glued for display is printed; one glued with ``display=False`` (an answer
+    a prediction box asks for, a number the prose shows later) prints nothing and is kept in ``GLUED``."""
+    return f'''# The book build pastes glued values into the prose (myst-nb). Elsewhere a value glued for display is printed,
+# and one glued with display=False prints nothing (it may answer a prediction further down): it waits in GLUED.
+GLUED = {{}}
+try:
+    from myst_nb import glue
+except ImportError:
+    def glue(name, value, display=True):
+        GLUED[name] = value
+        if display:
+            print(f"{{name}} = {{value:,.4g}}" if isinstance(value, (int, float)) else f"{{name}} = {{value}}")
+{END_GLUE}'''
+
+
 def _code_cells(nb: dict) -> list[dict]:
     return [c for c in nb["cells"] if c["cell_type"] == "code"]
 
@@ -196,29 +220,40 @@ def needs_torch(nb: dict) -> bool:
     return any(NEEDS_TORCH.search("".join(c["source"])) for c in _code_cells(nb))
 
 
+def needs_glue(nb: dict) -> bool:
+    cells = _code_cells(nb)
+    if not cells:
+        return False
+    first = split_setup("".join(cells[0]["source"]))[1]
+    return any(NEEDS_GLUE.search(text) for text in [first, *("".join(c["source"]) for c in cells[1:])])
+
+
 def split_setup(source: str) -> tuple[str, str]:
     """(the generated or legacy setup at the top of a cell, the author's code after it)."""
     m = GENERATED.match(source) or LEGACY.match(source)
     return (m.group(0), source[m.end():]) if m else ("", source)
 
 
-def expected_head(s: Settings, torch: bool) -> str:
-    return "\n\n".join([setup_block(s), *([engine_block()] if torch else [])])
+def expected_head(s: Settings, torch: bool, glue: bool = False) -> str:
+    return "\n\n".join([setup_block(s), *([engine_block()] if torch else []), *([glue_block()] if glue else [])])
 
 
 def with_setup(nb: dict, s: Settings, torch: bool) -> dict:
     """The notebook with its first code cell's setup replaced by the generated one (a new dict)."""
     nb = json.loads(json.dumps(nb))
+    glue = needs_glue(nb)
     cell = _code_cells(nb)[0]
     _, rest = split_setup("".join(cell["source"]))
-    text = expected_head(s, torch) + ("\n\n" + rest.lstrip("\n") if rest.strip() else "")
+    if LEGACY_GLUE.search(rest):
+        rest = LEGACY_GLUE.sub("", rest).rstrip("\n")
+    text = expected_head(s, torch, glue) + ("\n\n" + rest.lstrip("\n") if rest.strip() else "")
     cell["source"] = text.splitlines(keepends=True)
     return nb
 
 
 def first_cell_ok(nb: dict, s: Settings, torch: bool) -> bool:
-    head, _ = split_setup("".join(_code_cells(nb)[0]["source"]))
-    return head.rstrip("\n") == expected_head(s, torch)
+    head, rest = split_setup("".join(_code_cells(nb)[0]["source"]))
+    return head.rstrip("\n") == expected_head(s, torch, needs_glue(nb)) and not LEGACY_GLUE.search(rest)
 
 
 def dump_notebook(nb: dict) -> str:

@@ -33,8 +33,10 @@ requests per second (:func:`decode_rate`).
 
 **The P:D ratio.** ``n_p`` prefill and ``n_d`` decode replicas serve ``min(n_p R_p, n_d R_d)`` requests per second;
 on a budget of ``G`` GPUs the best split makes the two terms meet (:func:`best_split`). Goodput per GPU, DistServe's
-objective, is that rate over the GPUs used. Splitwise's phase split is the same balance read as GPU-seconds: each
-request costs ``g_p / R_p`` prefill GPU-seconds and ``g_d / R_d`` decode GPU-seconds (:func:`phase_split`).
+objective (here on mean latencies, not DistServe's share of requests meeting each target), is that rate over the GPUs
+used. The prefill pool's share of GPUs is the same balance read as GPU-seconds: each request costs ``g_p / R_p``
+prefill GPU-seconds and ``g_d / R_d`` decode GPU-seconds (:func:`phase_split`; Splitwise sizes its pools by
+simulation instead).
 
 **Colocated, priced by the same steps.** One replica does both jobs. Without chunking (prefills run as their own
 steps, first), each prefill of ``D_1`` seconds stalls every running decode: at ``r`` requests per second a replica
@@ -42,8 +44,8 @@ spends ``r D_1`` of its time prefilling, so the decodes' step ``t(b)`` stretches
 ``b = r x output x TPOT`` running (Little's law). With chunked prefill (Sarathi-Serve) each decode step also carries
 ``r x p x step`` prompt tokens, up to the step's token budget (:func:`stage5.cost.mixed_step`: the mean step, the
 prefill work spread evenly), and the oldest prompt is fed what the decodes leave of the budget, step after step:
-an M/D/1 queue whose service is ``ceil(p / (budget - b))`` such steps. Both are solved for the largest rate meeting both targets
-(:func:`colocated_rate`).
+an M/D/1 queue whose service is ``floor(p / (budget - b))`` full steps and one step of what remains (priced at
+that remainder's size). Both are solved for the largest rate meeting both targets (:func:`colocated_rate`).
 
 **When it loses.** Short prompts (the stall ``r D_1`` is small, so colocated decodes barely slow, and the
 prefill pool idles); a small fleet (one replica of each cannot match the two rates, and the slack is wasted); a
@@ -52,7 +54,9 @@ the TPOT target holds ``b`` low, so the decode GPUs are the ones that idle). :fu
 
 What it leaves out, and which way it leans: targets are on the mean (DistServe's SLOs are on percentiles); links run
 at the datasheet rate with no per-transfer latency (flattering disaggregation); the decode pool's seat is assumed
-free when the cache lands; the colocated prefill queue sees only prefills (flattering colocation's TTFT).
+free when the cache lands (both flattering disaggregation); the colocated prefill queue sees only prefills, and the
+chunked TPOT spreads every prompt's work evenly over the decode steps where a scheduler may put a whole prompt in one
+step (both flattering colocation).
 """
 
 from __future__ import annotations
@@ -75,7 +79,10 @@ LINK_LABELS = {"nvlink": "NVLink (same domain)", "rdma": "RDMA network port per 
 # Deployment"): prefilling and decoding are separated; the prefilling stage's "minimum deployment unit ... consists of
 # 4 nodes with 32 GPUs", attention "TP4 with Sequence Parallelism (SP), combined with 8-way Data Parallelism (DP8)",
 # the MoE part "EP32"; the decoding stage's unit is "40 nodes with 320 GPUs" (stage5.published.DEEPSEEK_DECODE_GPUS).
+# "For each GPU, besides the original 8 experts it hosts, it will also host one additional redundant expert"
+# (prefilling); decoding: "each GPU hosts only one expert".
 DEEPSEEK_PREFILL_GPUS, DEEPSEEK_PREFILL_ATTENTION_TP, DEEPSEEK_PREFILL_ATTENTION_DP = 32, 4, 8
+DEEPSEEK_PREFILL_EXPERTS_PER_GPU, DEEPSEEK_PREFILL_REDUNDANT_PER_GPU = 8, 1
 MAX_POOL_REPLICAS = 4096
 BIG = 2.0**40  # stands for "more sequences than any replica holds" where a rate cannot be kept up
 FIXED_POINT_ROUNDS = 200  # a contraction by the prefill's share of time per round: converged well before
@@ -284,7 +291,7 @@ def best_split(gpus: int, prefill: Pool, decode: Pool, mix: Mix, targets: Target
 
 
 def phase_split(prefill: Pool, decode: Pool, mix: Mix, targets: Targets, link: str = "rdma") -> float:
-    """Splitwise's split read as GPU-seconds: the prefill pool's share of the GPUs a balanced fleet needs,
+    """The prefill pool's share of the GPUs a balanced fleet needs, read as GPU-seconds per request,
     (g_p / R_p) / (g_p / R_p + g_d / R_d); nan when either pool meets no target."""
     r_p, r_d = prefill_rate(prefill, mix, targets, link), decode_rate(decode, mix, targets)
     if r_p == 0 or r_d == 0:
@@ -302,6 +309,7 @@ def _same_model(prefill: Pool, decode: Pool) -> None:
 
 # ------------------------------------------------------------------------------------------ colocated
 COLOCATED = ("plain", "chunked")
+CHUNK_BUDGET = 8192  # tokens per step of a chunked replica, the course's choice (a setting, not a measurement)
 
 
 @dataclass(frozen=True)
@@ -313,6 +321,23 @@ class Colocated:
     ttft_s: float
     tpot_s: float
     batch: float  # sequences decoding at once there
+
+
+def chunked_prefill_s(dep: cost.Deployment, batch: cost.ArrayLike, prompt: float, context: float,
+                      budget: int) -> np.ndarray:
+    """Seconds a colocated replica with chunked prefill takes to feed one ``prompt``-token prompt while ``batch``
+    sequences of ``context`` tokens decode: ``floor(p / c)`` steps carrying a full chunk of ``c = budget - batch``
+    prompt tokens, then one step carrying what remains, priced at its own size (so the time is continuous in the
+    prompt length), each a :func:`stage5.cost.mixed_step` whose chunk attends over half the prompt on average."""
+    b = inputs.reals(batch, "batch (sequences decoding)", low=1.0)
+    p = inputs.positive(prompt, "prompt (tokens)")
+    budget = inputs.integer(budget, "budget (tokens per step)", minimum=1, maximum=1 << 24)
+    per_step = np.maximum(budget - b, 1)
+    full = np.floor(p / per_step)
+    rest = np.maximum(p - full * per_step, 0.0)
+    last = rest > 1e-9 * per_step  # a remainder of rounding error is no step of its own
+    return (full * cost.mixed_step(dep, b, context, per_step, p / 2).time_s
+            + np.where(last, cost.mixed_step(dep, b, context, rest, p / 2).time_s, 0.0))
 
 
 def _colocated_at(pool: Pool, mix: Mix, rates: np.ndarray, mode: str, budget: int) -> tuple[np.ndarray, ...]:
@@ -342,15 +367,15 @@ def _colocated_at(pool: Pool, mix: Mix, rates: np.ndarray, mode: str, budget: in
         ttft = md1_mean_s(rates, d1)
     else:  # the oldest prompt takes what the decodes leave of the budget, step after step: an M/D/1 queue whose
         # service is those steps
-        per_step = np.maximum(budget - b, 1)
-        service = np.ceil(p / per_step) * cost.mixed_step(dep, b, context, np.minimum(p, per_step), p / 2).time_s
+        service = chunked_prefill_s(dep, b, p, context, budget)
         load = rates * service
         ttft = np.where(np.isfinite(tpot) & (load < 1),
                         service + rates * service**2 / (2 * np.maximum(1 - load, 1e-12)), np.inf)
     return ttft, tpot, b
 
 
-def colocated_rate(pool: Pool, mix: Mix, targets: Targets, mode: str = "plain", budget: int = 8192) -> Colocated:
+def colocated_rate(pool: Pool, mix: Mix, targets: Targets, mode: str = "plain",
+                   budget: int = CHUNK_BUDGET) -> Colocated:
     """The largest rate (requests/s) one colocated replica takes with mean TTFT and TPOT within the targets
     (module docstring), found on a grid of rates up to the replica's prefill capacity, refined in the bracket."""
     mode = inputs.choice(mode, "mode (colocated)", COLOCATED)
@@ -399,7 +424,7 @@ class Comparison:
 
 
 def compare(gpus: int, dep: cost.Deployment, mix: Mix, targets: Targets, link: str = "rdma",
-            batch: int = 256, budget: int = 8192) -> Comparison:
+            batch: int = 256, budget: int = CHUNK_BUDGET) -> Comparison:
     """``gpus`` GPUs of ``dep``-shaped replicas, each running at most ``batch`` sequences, serving ``mix`` within
     ``targets``: colocated (every replica both jobs, without and with chunked prefill at ``budget`` tokens per step)
     against the best P:D split of the same GPUs."""

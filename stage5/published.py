@@ -58,6 +58,10 @@ DEEPSEEK_DECODE_GPUS = 320
 DEEPSEEK_DECODE_ATTENTION_TP = 4
 DEEPSEEK_DECODE_ATTENTION_DP = 80
 DEEPSEEK_EXPERT_BATCH = 256
+
+# The NVIDIA Dynamo release whose design notes chapter 14 quotes (docs.nvidia.com/dynamo/archive/0.2.0/architecture/
+# disagg_serving.html): the sentence that a short prefill is often better done locally is absent from later releases.
+DYNAMO_DISAGG_NOTES_RELEASE = "0.2.0"
 # FlashMLA, "A Deep-Dive Into the New Flash MLA Kernel" (2025-04-22, cite key flashmla2025): on an H800 SXM5 (3.35
 # TB/s, 990 TFLOPs at peak) clock throttling leaves "~865 TFlops", so the kernel is compute-bound once query heads
 # x query tokens >= 128; the kernel reaches "up to 660 TFlops".

@@ -158,11 +158,39 @@ def test_colocated_fixed_points_satisfy_their_equations():
         assert c.ttft_s <= 1.0 and c.tpot_s <= 0.03 and c.rate > 0
 
 
-def test_prefill_stalls_cost_plain_colocation_its_tpot():
-    """Long prompts and a tight TPOT target: the stalls hold a plain colocated replica below what the same GPUs
-    serve split into pools; short prompts: colocation wins (chunked, the prefill hides under the decodes' reads)."""
+@pytest.mark.parametrize("batch", [1.0, 37.5, 192.0])
+@pytest.mark.parametrize("chunks", [1, 2, 3])
+def test_chunked_prefill_time_is_continuous_at_multiples_of_the_chunk(batch, chunks):
+    """A prompt one token past a multiple of the chunk adds one step carrying that token, not another full chunk;
+    one token short of it costs what the multiple costs, less that token's work."""
+    budget, ctx = 8192, 4096 + 128
+    c = budget - batch
+    at = float(disagg.chunked_prefill_s(ANCHOR, batch, chunks * c, ctx, budget))
+    one_token_step = float(cost.mixed_step(ANCHOR, batch, ctx, 1, chunks * c / 2).time_s)
+    full_step = float(cost.mixed_step(ANCHOR, batch, ctx, c, chunks * c / 2).time_s)
+    assert at == pytest.approx(chunks * full_step, rel=1e-9)
+    after = float(disagg.chunked_prefill_s(ANCHOR, batch, chunks * c + 1, ctx, budget))
+    assert at < after <= at + 1.01 * one_token_step < at + 0.5 * full_step
+    before = float(disagg.chunked_prefill_s(ANCHOR, batch, chunks * c - 1, ctx, budget))
+    assert before < at and at - before < 1e-3 * at
+
+
+def test_chunked_colocation_does_not_collapse_past_one_chunk():
+    """A prompt a little longer than one step's budget still fits its TTFT target on a chunked replica: the rate
+    moves with the prompt's work, not by a step's worth (it once fell fivefold between 8,000 and 8,192 tokens)."""
     est = cost.with_mode(ANCHOR, "estimate")
-    long = disagg.compare(64, est, disagg.Mix(8192, 256), disagg.Targets(2.0, 0.04))
+    pool, targets = disagg.Pool(est, 1, 256), disagg.Targets(2.0, 0.04)
+    below = disagg.colocated_rate(pool, disagg.Mix(8000, 256), targets, "chunked").rate
+    above = disagg.colocated_rate(pool, disagg.Mix(8192, 256), targets, "chunked").rate
+    assert 0.85 * below < above < below
+
+
+def test_prefill_stalls_cost_plain_colocation_its_tpot():
+    """Long prompts and a tight TPOT target: the stalls hold a colocated replica (plain or chunked) below what the
+    same GPUs serve split into pools; short prompts: colocation wins (chunked, the prefill hides under the decodes'
+    reads)."""
+    est = cost.with_mode(ANCHOR, "estimate")
+    long = disagg.compare(64, est, disagg.Mix(8192, 256), disagg.Targets(2.0, 0.025))
     assert long.disaggregated_per_gpu > max(long.colocated_per_gpu.values())
     short = disagg.compare(64, est, disagg.Mix(128, 256), disagg.Targets(0.3, 0.05))
     assert short.winner.startswith("colocated")

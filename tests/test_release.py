@@ -57,6 +57,41 @@ def test_only_notebooks_that_run_torch_install_it():
     assert "--index-url" in block and sync.TORCH_CPU_INDEX in block  # never the default (CUDA) build
 
 
+def _glue_without_myst_nb():
+    """The generated glue fallback run as on Colab: importing myst_nb fails."""
+    import builtins
+
+    real_import = builtins.__import__
+
+    def no_myst(name, *args, **kwargs):
+        if name.split(".")[0] == "myst_nb":
+            raise ImportError("No module named 'myst_nb'")
+        return real_import(name, *args, **kwargs)
+
+    scope = {"__builtins__": {**vars(builtins), "__import__": no_myst}}
+    exec(sync.glue_block(), scope)  # noqa: S102  (the block the script writes into every glueing notebook)
+    return scope
+
+
+def test_outside_the_book_a_value_glued_with_display_false_prints_nothing(capsys):
+    scope = _glue_without_myst_nb()
+    scope["glue"]("answer_pct", 42.5, display=False)
+    scope["glue"]("answer_word", "disaggregated", display=False)
+    assert capsys.readouterr().out == ""  # a prediction box further down is not answered before its reveal
+    assert scope["GLUED"] == {"answer_pct": 42.5, "answer_word": "disaggregated"}
+    scope["glue"]("shown", 1234.5)
+    assert capsys.readouterr().out == "shown = 1,234\n"
+
+
+def test_every_glueing_notebook_carries_the_generated_fallback_and_no_hand_copy():
+    glueing = [p for p in sync.notebook_paths() if sync.needs_glue(json.loads(p.read_text()))]
+    assert {"01_two_phases", "14_disaggregation", "instructors"} <= {p.stem for p in glueing}
+    for path in glueing:
+        source = "".join(next(c for c in json.loads(path.read_text())["cells"] if c["cell_type"] == "code")["source"])
+        assert sync.glue_block() in source, path
+        assert source.count("def glue(") == 1, f"{path}: a second, hand-written glue fallback"
+
+
 def test_launch_settings_in_config_come_from_course_toml():
     yaml = pytest.importorskip("yaml")
     cfg = yaml.safe_load((ROOT / "_config.yml").read_text())
