@@ -419,7 +419,10 @@ class Comparison:
 
     @property
     def winner(self) -> str:
+        """The design with the most goodput per GPU; "none" when no design meets the targets at any rate."""
         best = max(self.colocated_per_gpu.items(), key=lambda kv: kv[1])
+        if max(best[1], self.disaggregated_per_gpu) <= 0:
+            return "none (no design meets the targets)"
         return "disaggregated" if self.disaggregated_per_gpu > best[1] else f"colocated ({best[0]})"
 
 

@@ -197,6 +197,13 @@ def test_prefill_stalls_cost_plain_colocation_its_tpot():
     assert short.colocated_per_gpu["chunked"] > 1.2 * short.disaggregated_per_gpu
 
 
+def test_no_winner_is_named_when_no_design_meets_the_targets():
+    est = cost.with_mode(ANCHOR, "estimate")
+    c = disagg.compare(64, est, disagg.Mix(8192, 256), disagg.Targets(2.0, 0.001))  # a 1 ms TPOT: below any step
+    assert c.disaggregated_per_gpu == 0 and max(c.colocated_per_gpu.values()) == 0
+    assert c.winner.startswith("none")
+
+
 def test_a_slow_link_eats_the_ttft_budget():
     prefill = disagg.Pool(ANCHOR, 1, 1)
     t_p = float(cost.prefill_step(ANCHOR, 32768).time_s)
