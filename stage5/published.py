@@ -228,6 +228,8 @@ SPLIT_REASONS = {
     "tinychat-trtllm": "held out: TensorRT-LLM W4A16 on an RTX 4090",
     "qwen-hf": "held out: added after the first fit (issue 47)",
     "qwen-vllm": "held out: added after the first fit (issue 47)",
+    "trtllm-h200-0.5": "held out: added after the first fit (issue 47); TensorRT-LLM static batches on H200",
+    "trtllm-h200-0.7a": "held out: added after the first fit (issue 47); TensorRT-LLM static batches on H200",
 }
 
 
@@ -533,6 +535,41 @@ QWEN_SPEED_05B = {"transformers": ((1, 47.40), (6144, 47.45), (14336, 47.11), (3
 _QWEN_TABLES = {"transformers": "Transformer", "vllm": "vLLM"}
 _QWEN = "Qwen2.5 Speed Benchmark (QwenLM/Qwen2.5 docs/source/benchmark/speed_benchmark.rst at 010c37c3)"
 
+# Also added for issue 47, after the first fit: held out. Two TensorRT-LLM blog posts with H200 tables (a chip no fit
+# source ran), static batches in the C++ runtime. Every number below is read from the posts' tables and footnotes.
+# (The third post of that series, docs/source/blogs/H100vsA100.md, is not added: it says its tables' full data is the
+# performance page the trtllm-0.6 source already quotes.)
+# github.com/NVIDIA/TensorRT-LLM docs/source/blogs/H200launch.md (at 1555478c), table "H200 FP8 Max throughput":
+# "TensorRT-LLM v0.5.0, TensorRT v9.1.0.4 | H200, H100 FP8", batch = "Largest batch supported on given TP configuration
+# by power of 2", output tokens/s per GPU. "llama_13b" is Llama 2 13B (the post's title: "Llama2-13B"); "llama_70b" is
+# Llama 2 70B, as the 0.6.1 performance page's "LLaMA 70B" is (above) and as the follow-up post names it
+# ("Llama2-70B"). Every row of the table, the two 70B 2,048-in/128-out rows at TP 1 (batches 64 and 32) as printed:
+# {(model, batch, tp, input, output, output tokens/s per GPU), ...}.
+TRTLLM_H200_05 = ((LLAMA2_13B, 1024, 1, 128, 128, 11819), (LLAMA2_13B, 128, 1, 128, 2048, 4750),
+                  (LLAMA2_13B, 64, 1, 2048, 128, 1349), (LLAMA2_70B, 512, 1, 128, 128, 3014),
+                  (LLAMA2_70B, 512, 2, 128, 2048, 1654), (LLAMA2_70B, 64, 1, 2048, 128, 341),
+                  (LLAMA2_70B, 32, 1, 2048, 128, 303))
+_TRT_H200_05 = "TensorRT-LLM blog H200launch.md (at 1555478c), table 'H200 FP8 Max throughput'"
+# github.com/NVIDIA/TensorRT-LLM docs/source/blogs/Falcon180B-H200.md (at 3c44cb97), section "Llama-70B on H200 up to
+# 6.7x A100", its table and footnote: "TensorRT-LLM v0.7a | Llama2-70B | 1xH200 = TP1, 8xH200 = max TP/PP/DP config |
+# FP8 | BS: (in order) 960, 960, 192, 560, 96, 640", throughput "out_tps=output_seqlen*batch_size/total_latency/tp"
+# (a static batch's wall time), input 128 on every row (the table's merged cells). Priced: the three 1 x H200 rows;
+# the three 8 x H200 rows are not (:data:`NOT_PRICED`: the split over tensor, pipeline and data parallelism is not
+# stated), nor the post's Falcon-180B and v0.6a-vs-v0.7a figures (numbers only in images).
+# {(batch, output, output tokens/s per GPU), ...}, TP 1, 128 in.
+TRTLLM_H200_07A = ((960, 128, 3803), (192, 2048, 2941), (96, 4096, 1946))
+TRTLLM_H200_07A_8GPU = ((960, 128, 3803), (560, 2048, 3163), (640, 4096, 2263))
+_TRT_H200_07A = ("TensorRT-LLM blog Falcon180B-H200.md (at 3c44cb97), section 'Llama-70B on H200 up to 6.7x A100', "
+                 "its table")
+# Neither post names the KV cache's format. It is taken as FP8, the way NIM_KV is, because the tables rule out BF16:
+# with a BF16 cache these batches could not all be held at once on an H200, with an FP8 cache they can
+# (tests/test_validate.py checks it against stage5.cost.max_concurrency); the 0.6.1 performance page's FP8 builds
+# also pass --fp8_kv_cache. An inference, not a quote.
+TRTLLM_H200_KV = "fp8"
+TRTLLM_H200_KV_EVIDENCE = ((LLAMA2_13B, 1, 128, 128, 1024), (LLAMA2_13B, 1, 128, 2048, 128),
+                           (LLAMA2_70B, 2, 128, 2048, 512), (LLAMA2_70B, 1, 128, 128, 960),
+                           (LLAMA2_70B, 1, 128, 2048, 192), (LLAMA2_70B, 1, 128, 4096, 96))  # model, tp, in, out, batch
+
 # Published rows the report cannot price, with the reason: (source key, row, reason).
 NOT_PRICED: tuple[tuple[str, str, str], ...] = (
     *(("ft-530b", f"TP 8 x PP 3, batch {b}, {i} in, {o} out: {pp} ms", "pipeline parallel with an unstated microbatch "
@@ -550,6 +587,10 @@ NOT_PRICED: tuple[tuple[str, str, str], ...] = (
       for key in ("qwen-hf", "qwen-vllm")),
     *((key, "every row of Qwen2.5 1.5B to 72B", "model shapes not checked for this issue")
       for key in ("qwen-hf", "qwen-vllm")),
+    *(("trtllm-h200-0.7a", f"8 x H200, batch {b}, 128 in, {o} out: {toks:,} output tokens/s per GPU",
+       "'max TP/PP/DP config': the split over tensor, pipeline and data parallelism is not stated")
+      for b, o, toks in TRTLLM_H200_07A_8GPU),
+    ("trtllm-h200-0.7a", "Falcon-180B INT4 AWQ on one H200, and v0.6a against v0.7a", "numbers only in images"),
 )
 
 SOURCES: dict[str, Source] = {s.key: s for s in (
@@ -600,6 +641,14 @@ SOURCES: dict[str, Source] = {s.key: s for s in (
            "docs/source/benchmark/speed_benchmark.rst (commit 010c37c3)", "vLLM 0.6.3 (CUDA graphs)",
            "Qwen2.5-0.5B-Instruct BF16 on one A100 80GB, batch 1, 2,048 tokens after 1-30,720 input tokens",
            profile="python-graphs", added_in=47),
+    Source("trtllm-h200-0.5", "TensorRT-LLM 0.5.0 (static batches), H200 launch post", "github.com/NVIDIA/TensorRT-LLM "
+           "docs/source/blogs/H200launch.md (commit 1555478c)", "v0.5.0, TensorRT 9.1.0.4",
+           "Llama 2 13B (TP1) and 70B (TP1, TP2), FP8 on H200 (KV cache FP8 by inference); batch 32-1,024, "
+           "128/2,048 in and out", memory_policy="free", profile="cpp-runtime", added_in=47),
+    Source("trtllm-h200-0.7a", "TensorRT-LLM 0.7a (static batches), Falcon-180B/H200 post", "github.com/NVIDIA/"
+           "TensorRT-LLM docs/source/blogs/Falcon180B-H200.md (commit 3c44cb97)", "v0.7a (preliminary)",
+           "Llama 2 70B FP8 on one H200 (KV cache FP8 by inference), batch 96-960, 128 in, 128/2,048/4,096 out",
+           memory_policy="free", profile="cpp-runtime", added_in=47),
 )}
 # vLLM's EngineArgs default max_num_seqs is 256 (vllm/engine/arg_utils.py, v0.5-0.6): past it requests wait.
 
@@ -663,6 +712,14 @@ SERVING_POINTS: tuple[ServingPoint, ...] = (
                    f"{toks} tokens/s", batch_ms=1e3 * QWEN_SPEED_OUTPUT / toks,
                    source_key="qwen-hf" if engine == "transformers" else "qwen-vllm")
       for engine, table in QWEN_SPEED_05B.items() for p, toks in table),
+    *(ServingPoint(f"trtllm05-{m.name}-H200-fp8-tp{tp}-b{b}-p{i}-o{o}", m, "H200", tp, "fp8", TRTLLM_H200_KV, b, i, o,
+                   None, None, f"{_TRT_H200_05}: {m.name}, batch {b}, TP {tp}, {i} in, {o} out, {toks:,} output "
+                   f"tokens/s per GPU", batch_ms=1e3 * b * o / (toks * tp), source_key="trtllm-h200-0.5")
+      for m, b, tp, i, o, toks in TRTLLM_H200_05),
+    *(ServingPoint(f"trtllm07a-{LLAMA2_70B.name}-H200-fp8-tp1-b{b}-p128-o{o}", LLAMA2_70B, "H200", 1, "fp8",
+                   TRTLLM_H200_KV, b, 128, o, None, None, f"{_TRT_H200_07A}: 1 x H200, batch {b}, 128 in, {o} out, "
+                   f"{toks:,} output tokens/s per GPU", batch_ms=1e3 * b * o / toks, source_key="trtllm-h200-0.7a")
+      for b, o, toks in TRTLLM_H200_07A),
     *(ServingPoint(f"tinychat-{_TINYCHAT_TAGS[name]}-llama3-8b-RTX-4090-history{h}", get_model("llama3-8b"), "RTX-4090", 1, "bf16" if name == "FP16" else "int4", "bf16",
                    1, h + TINYCHAT_QUESTION, 1, None, ms, f"{_TINYCHAT}, table 'Context Streaming', RTX 4090: {name}, "
                    f"history {h}, question {TINYCHAT_QUESTION}: {ms} ms", ms,

@@ -10,7 +10,7 @@ import pytest
 from stage5 import cost, validate
 from stage5.__main__ import main
 from stage5.hardware import GPUS
-from stage5.published import NIM_KV_EVIDENCE, SERVING_POINTS, SOURCES
+from stage5.published import NIM_KV_EVIDENCE, SERVING_POINTS, SOURCES, TRTLLM_H200_KV_EVIDENCE
 from stage5.quantization import deployment
 
 
@@ -94,7 +94,8 @@ def test_floor_is_at_or_below_every_published_latency():
 def test_the_floor_is_at_or_below_every_point_of_every_source_fresh_ones_included():
     sh = validate.summary()["shares"]
     assert all(s["floor_is_lower_bound"] for s in sh["by_source"].values())
-    assert sh["fresh"]["sources"] == ["qwen-hf", "qwen-vllm", "tinychat", "tinychat-fp16", "tinychat-trtllm"]
+    assert sh["fresh"]["sources"] == ["qwen-hf", "qwen-vllm", "tinychat", "tinychat-fp16", "tinychat-trtllm",
+                                    "trtllm-h200-0.5", "trtllm-h200-0.7a"]
 
 
 # Issue 39's targets on the fresh sources (lever ratios 80%, TPOT and TTFT within x1.5 on 90% and 70%) were superseded
@@ -102,7 +103,8 @@ def test_the_floor_is_at_or_below_every_point_of_every_source_fresh_ones_include
 # now fitted on (the only unfused eager engine: it sets the launch cost).
 def test_the_fresh_sources_were_added_after_the_constants_and_set_nothing():
     fresh = {k for k, s in SOURCES.items() if s.added_in >= validate.FRESH_AFTER}
-    assert fresh == {"tinychat", "tinychat-fp16", "tinychat-trtllm", "qwen-hf", "qwen-vllm"}
+    assert fresh == {"tinychat", "tinychat-fp16", "tinychat-trtllm", "qwen-hf", "qwen-vllm", "trtllm-h200-0.5",
+                     "trtllm-h200-0.7a"}
     assert [k for k in fresh if SOURCES[k].in_sample] == ["tinychat-fp16"]  # fitted on since issue 47
     assert not any(k in looked for looked in validate.CHOSEN_AFTER_LOOKING.values() for k in fresh)
 
@@ -251,6 +253,17 @@ def test_the_nim_tables_rule_out_a_bf16_kv_cache(model, prompt, output, concurre
     before = max((q for q in SERVING_POINTS if q.id.startswith(f"nim-{model}-") and q.prompt == prompt
                   and q.output == output and q.concurrency < concurrency), key=lambda q: q.concurrency)
     assert p.published_ttft_ms < 2 * before.published_ttft_ms, "TTFT jumps: requests queued"
+
+
+@pytest.mark.parametrize("model,tp,prompt,output,batch", TRTLLM_H200_KV_EVIDENCE)
+def test_the_h200_blog_tables_rule_out_a_bf16_kv_cache(model, tp, prompt, output, batch):
+    """published.TRTLLM_H200_KV is FP8 by inference: a BF16 cache could not hold these static batches on an H200,
+    an FP8 one can; and each is a published row."""
+    assert any(p.source_key.startswith("trtllm-h200") and (p.model, p.num_gpus, p.prompt, p.output, p.concurrency)
+               == (model, tp, prompt, output, batch) for p in SERVING_POINTS)
+    fits = {kv: int(cost.max_concurrency(deployment(model, "H200", tp, "fp8", kv), prompt + output))
+            for kv in ("bf16", "fp8")}
+    assert fits["bf16"] < batch <= fits["fp8"]
 
 
 def test_estimate_with_every_term_off_is_the_source_formula():
