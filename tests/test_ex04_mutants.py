@@ -41,6 +41,13 @@ MUTANTS = [
      'if replica["load"] >= least + load_bound:', {"p2_bound", "p3_fleet"}),
     ("the bound above replica 0's load, not the least", "route_answer",
      'least = min(r["load"] for r in replicas)', 'least = replicas[0]["load"]', {"p2_bound", "p3_fleet"}),
+    ("the turn counted among the replicas in bounds only", "route_answer",
+     '    for step in range(1, n + 1):  # in turn after last_pick, so the first of equals wins\n'
+     '        i = (last_pick + step) % n\n        replica = replicas[i]\n'
+     '        if replica["load"] > least + load_bound:\n            continue\n',
+     '    eligible = [j for j in range(n) if replicas[j]["load"] <= least + load_bound]\n'
+     '    for i in sorted(eligible, key=lambda j: (j - last_pick - 1) % len(eligible)):\n'
+     '        replica = replicas[i]\n', {"p2_ties", "p3_fleet"}),
     ("blocks counted past the first missing one", "held_answer", "            break", "            continue",
      {"p1_held", "p2_prefix"}),
 ]
@@ -111,6 +118,19 @@ def test_each_broken_rule_loses_marks_where_that_rule_is_graded(solution, measur
     assert source.count(old) == 1, old
     _, failed = _grade(solution, {gid: source.replace(old, new), "measurement": ""}, {"results": measured})
     assert must_fail <= failed, failed
+
+
+def test_numpy_integers_are_answers_in_process_as_through_the_sandbox(solution, measured):
+    """The sandbox's protocol carries a numpy integer as the int it stands for; the in-process kernel (these tests,
+    an instructor's run) must read it alike, or the two would grade one notebook differently."""
+    held, route = _answer(solution, "held_answer"), _answer(solution, "route_answer")
+    answers = {"held_answer": held.replace("    return held\n", "    import numpy\n    return numpy.int64(held)\n"),
+               "route_answer": route.replace("    return best[1]\n",
+                                             "    import numpy\n    return numpy.int64(best[1])\n"),
+               "measurement": ""}
+    assert answers["held_answer"] != held and answers["route_answer"] != route
+    full = sum(c["metadata"]["nbgrader"].get("points", 0) for c in solution if "nbgrader" in c["metadata"])
+    assert _grade(solution, answers, {"results": measured}) == (full, set())
 
 
 def test_the_hidden_fleets_are_what_the_exercise_says():

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import heapq
 import math
+import operator
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -289,11 +290,13 @@ def ask_route(route, replicas: list[Replica], chain: list, load_bound: float, la
     """``route(prompt_blocks, replicas, load_bound, last_pick)`` (:func:`route_by_prefix`'s form) on what the
     router sees now: fresh copies, so the function cannot change the fleet. Its answer must be a replica's index."""
     seen = [{"load": r.load, "blocks": frozenset(r.held_ids())} for r in replicas]
-    pick = route([key for key, _ in chain], seen, load_bound, last_pick)
-    if isinstance(pick, bool) or not hasattr(pick, "__index__") or not 0 <= int(pick) < len(replicas):
-        raise inputs.InputError(f"the routing function returned {str(pick)[:40]!r}; accepted: the index of a "
+    answer = route([key for key, _ in chain], seen, load_bound, last_pick)
+    # read once: the index checked is the index used
+    pick = None if isinstance(answer, bool) or not hasattr(answer, "__index__") else operator.index(answer)
+    if pick is None or not 0 <= pick < len(replicas):
+        raise inputs.InputError(f"the routing function returned {str(answer)[:40]!r}; accepted: the index of a "
                                 f"replica, an int from 0 to {len(replicas) - 1}")
-    return int(pick)
+    return pick
 
 
 def serve_fleet(model, cfg, cal, spec: fleet.MultiTenant, config: FleetConfig,
