@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from .checks import GradingError
-from .remote import register_probes
+from .remote import LocalKernel, kernel_of, register_probes  # noqa: F401 - re-exported
 
 #: The reference engine and allocators, switched off while a learner's code runs (every method, so a learner's
 #: class that subclasses one of them gains nothing either).
@@ -311,30 +311,6 @@ def drive(driver: str, label: str, objects: list[Any], spec: Mapping[str, Any]) 
 
 
 # ------------------------------------------------------------------------------------ grader side
-class LocalKernel:
-    """The learner's namespace in this very process (a notebook run by hand, or a test): same interface as
-    :class:`stage5.grading.remote.Kernel`."""
-
-    def __init__(self, space: Mapping[str, Any]):
-        self.space = space
-
-    def drive(self, label: str, driver: str, names: list[str], spec: Mapping[str, Any],
-              blocked: tuple[str, ...] = SERVING_BLOCKED) -> Any:
-        from .blocking import _learner_failures, unavailable
-
-        missing = [n for n in names if n not in self.space]
-        if missing:
-            raise GradingError(f"{label}: {missing[0]} is not defined: run the cell that defines it")
-        with unavailable(*blocked, deep=True), _learner_failures(label, label):
-            return drive(driver, label, [self.space[n] for n in names], dict(spec))
-
-
-def kernel_of(space: Mapping[str, Any]) -> Any:
-    """The kernel a hidden test drives: the grader puts its channel in the namespace as ``_kernel``; a notebook
-    run by hand gets its own namespace."""
-    return space.get("_kernel") or LocalKernel(space)
-
-
 def check_contiguous(label: str, kernel: Any) -> None:
     obs = kernel.drive(label, "contiguous", ["ContiguousCache"], {})
     if obs["starts"] != [0, 10, 20, 30]:

@@ -13,13 +13,11 @@ from __future__ import annotations
 
 import functools
 import math
-import operator
 from collections.abc import Mapping
 from typing import Any
 
-from .blocking import _learner_failures, unavailable
 from .checks import GradingError, _as_number
-from .remote import PROBES, register_probes
+from .remote import LocalKernel, kernel_of, register_probes  # noqa: F401 - LocalKernel re-exported
 
 #: The rule the learner writes, as stage5 states it: off limits while exercise 4 is graded.
 ROUTING_BLOCKED: tuple[str, ...] = (
@@ -95,16 +93,8 @@ FLEET_RUNS: tuple[tuple[dict[str, Any], dict[str, Any]], ...] = (
 
 
 # ------------------------------------------------------------------------------------ kernel side
-def _whole(value: Any) -> Any:
-    """Kernel side: an answer with ``__index__`` (a numpy integer) as the int it stands for, as the protocol would
-    carry it from the sandbox; anything else as it is, for the grader to refuse."""
-    if isinstance(value, bool) or not hasattr(value, "__index__"):
-        return value
-    return operator.index(value)
-
-
 def _probe_held(label: str, held_blocks: Any, cases: list) -> list[Any]:
-    return [_whole(held_blocks(list(prompt), frozenset(blocks))) for prompt, blocks in cases]
+    return [held_blocks(list(prompt), frozenset(blocks)) for prompt, blocks in cases]
 
 
 def _seen(case: Mapping[str, Any]) -> tuple[list[int], list[dict[str, Any]], float, int]:
@@ -114,7 +104,7 @@ def _seen(case: Mapping[str, Any]) -> tuple[list[int], list[dict[str, Any]], flo
 
 
 def _probe_routes(label: str, route: Any, cases: list) -> list[Any]:
-    return [_whole(route(*_seen(case))) for case in cases]
+    return [route(*_seen(case)) for case in cases]
 
 
 @functools.cache
@@ -161,25 +151,8 @@ register_probes({"held": _probe_held, "routes": _probe_routes, "fleet": _probe_f
 
 
 # ------------------------------------------------------------------------------------ grader side
-class LocalKernel:
-    """The learner's namespace in this very process (a notebook run by hand, or a test): the interface of
-    :class:`stage5.grading.remote.Kernel`, the probes run here with the rule switched off."""
-
-    def __init__(self, space: Mapping[str, Any]):
-        self.space = space
-
-    def drive(self, label: str, driver: str, names: list[str], spec: Mapping[str, Any]) -> Any:
-        probe, blocked = PROBES[driver]
-        missing = [n for n in names if n not in self.space]
-        if missing:
-            raise GradingError(f"{label}: {missing[0]} is not defined: run the cell that defines it")
-        with unavailable(*blocked, deep=True), _learner_failures(label, names[0]):
-            return probe(label, *[self.space[n] for n in names], **dict(spec))
-
-
-def router_kernel(space: Mapping[str, Any]) -> Any:
-    """The kernel a hidden test drives: the grader's channel (``_kernel``), or this namespace run by hand."""
-    return space.get("_kernel") or LocalKernel(space)
+#: The kernel a hidden test drives (the notebook's name for :func:`.remote.kernel_of`; LocalKernel by hand).
+router_kernel = kernel_of
 
 
 def _answers(label: str, got: Any, count: int, what: str) -> list[int]:

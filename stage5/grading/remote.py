@@ -33,8 +33,8 @@ from .protocol import (
     one_line,
 )
 
-__all__ = ["MAX_REPLY_CHARS", "PROBES", "Kernel", "Opaque", "RemoteFunction", "call_learner", "decode", "encode",
-           "register_probes", "serve", "values"]
+__all__ = ["MAX_REPLY_CHARS", "PROBES", "Kernel", "LocalKernel", "Opaque", "RemoteFunction", "call_learner", "decode", "encode",
+           "kernel_of", "register_probes", "serve", "values"]
 
 #: Trusted probes the grader may run in the kernel on a learner's objects, registered by the exercise that defines
 #: them: name -> (probe(label, *objects, **spec), what is switched off while it runs unless the request says).
@@ -95,10 +95,12 @@ def serve(request: str) -> str:
     return text if len(text) <= MAX_REPLY_CHARS else dumps([{"error": f"{first}: the answer is too large"}])
 
 
-def _drive(req: dict[str, Any]) -> str:
-    """Run a registered probe on the learner's objects named in ``req`` (kernel side); the reply is
-    ``{"value": observations}`` or ``{"error": learner-safe message}``."""
-    label, space = str(req["label"]), _main()
+def _drive(req: dict[str, Any], space: Mapping[str, Any] | None = None) -> str:
+    """Run a registered probe on the learner's objects named in ``req`` (kernel side; ``space`` is the notebook's
+    namespace, ``__main__``'s by default); the reply is ``{"value": observations}`` or ``{"error": learner-safe
+    message}``."""
+    label = str(req["label"])
+    space = _main() if space is None else space
     try:
         if req["driver"] not in PROBES:
             raise GradingError(f"{label}: this kernel has no probe {req['driver']!r} (is stage5 up to date?)")
@@ -127,22 +129,52 @@ class Kernel:
     def __init__(self, channel: Callable[[str], str]):
         self.channel = channel
 
-    def drive(self, label: str, driver: str, names: list[str], spec: dict[str, Any],
+    def drive(self, label: str, driver: str, names: list[str], spec: Mapping[str, Any],
               blocked: Iterable[str] | None = None) -> Any:
-        request = dumps({"driver": driver, "label": label, "names": list(names), "spec": encode(spec),
-                         "blocked": None if blocked is None else list(blocked)})
-        try:
-            reply = loads(self.channel(request))
-        except ProtocolError:
-            raise ProtocolError(f"{label}: your notebook's kernel did not answer") from None
-        if not isinstance(reply, dict) or not ({"error"} <= reply.keys() or {"value"} <= reply.keys()):
-            raise ProtocolError(f"{label}: your notebook's kernel did not answer")
-        if "error" in reply:
-            raise _kernel_error(reply["error"])
-        try:
-            return decode(reply["value"])
-        except ProtocolError as err:
-            raise ProtocolError(f"{label}: the kernel's answer could not be read: {err}") from None
+        request = dumps(_drive_request(label, driver, names, spec, blocked))
+        return _read_drive_reply(label, lambda: self.channel(request))
+
+
+class LocalKernel:
+    """The learner's namespace in this very process (a notebook run by hand, or a test): :class:`Kernel`'s
+    interface, the probe run here as :func:`_drive` runs it in the kernel and its answer read back the same way,
+    through the protocol, so a notebook is graded alike in either (a numpy integer arrives as an int in both)."""
+
+    def __init__(self, space: Mapping[str, Any]):
+        self.space = space
+
+    def drive(self, label: str, driver: str, names: list[str], spec: Mapping[str, Any],
+              blocked: Iterable[str] | None = None) -> Any:
+        request = dumps(_drive_request(label, driver, names, spec, blocked))
+        return _read_drive_reply(label, lambda: _drive(loads(request), self.space))
+
+
+def kernel_of(space: Mapping[str, Any]) -> Any:
+    """The kernel a hidden test drives: the grader puts its channel in the namespace as ``_kernel``; a notebook
+    run by hand gets its own namespace."""
+    return space.get("_kernel") or LocalKernel(space)
+
+
+def _drive_request(label: str, driver: str, names: list[str], spec: Mapping[str, Any],
+                   blocked: Iterable[str] | None) -> dict[str, Any]:
+    return {"driver": driver, "label": label, "names": list(names), "spec": encode(dict(spec)),
+            "blocked": None if blocked is None else list(blocked)}
+
+
+def _read_drive_reply(label: str, send: Callable[[], str]) -> Any:
+    """The observations in the reply ``send`` returns, or the kernel's failure as a GradingError."""
+    try:
+        reply = loads(send())
+    except ProtocolError:
+        raise ProtocolError(f"{label}: your notebook's kernel did not answer") from None
+    if not isinstance(reply, dict) or not ({"error"} <= reply.keys() or {"value"} <= reply.keys()):
+        raise ProtocolError(f"{label}: your notebook's kernel did not answer")
+    if "error" in reply:
+        raise _kernel_error(reply["error"])
+    try:
+        return decode(reply["value"])
+    except ProtocolError as err:
+        raise ProtocolError(f"{label}: the kernel's answer could not be read: {err}") from None
 
 
 class RemoteFunction:
