@@ -34,7 +34,7 @@ import numpy as np
 
 from stage5 import cost, fitted
 from stage5.inputs import OneLineParser, dumps
-from stage5.published import SOURCES, ServingPoint
+from stage5.published import SOURCES, ServingPoint, setup_of
 from stage5.validate import (
     METRICS,
     WIDE,
@@ -71,7 +71,8 @@ class Decomposed:
     bandwidth), ``c`` (FLOPs / peak), ``k`` (attention's KV reads / bandwidth, added), ``a`` (all-reduces), ``e0``
     (the benchmark GEMM efficiency of its chip and format), ``family``, ``kernels`` (kernels launched from Python per
     pass), ``step_class`` and ``extra_step`` (the profile's cited fixed time). Per row: ``measured``, ``source``,
-    ``metric``, ``batch1``, ``band_class``, ``row_family``."""
+    ``setup`` (:func:`stage5.published.setup_of`: the independent source it counts as out of sample), ``metric``,
+    ``batch1``, ``band_class``, ``row_family``."""
 
     row: np.ndarray
     count: np.ndarray
@@ -86,6 +87,7 @@ class Decomposed:
     extra_step: np.ndarray
     measured: np.ndarray
     source: np.ndarray
+    setup: np.ndarray
     metric: np.ndarray
     batch1: np.ndarray
     band_class: np.ndarray
@@ -115,8 +117,8 @@ def decompose() -> Decomposed:
     """Every priced row's steps at unit efficiency (computed once per process)."""
     cols: dict[str, list] = {k: [] for k in ("row", "count", "m", "c", "k", "a", "e0", "family", "kernels",
                                              "step_class", "extra_step")}
-    per_row: dict[str, list] = {k: [] for k in ("measured", "source", "metric", "batch1", "band_class", "row_family",
-                                                "ids")}
+    per_row: dict[str, list] = {k: [] for k in ("measured", "source", "setup", "metric", "batch1", "band_class",
+                                                "row_family", "ids")}
     for i, (point, metric) in enumerate(priced_metrics()):
         est = point_estimate(point)
         unit = replace(est, bandwidth_fraction=1.0, prefill_mfu=1.0, decode_mfu=1.0, engine="unknown",
@@ -134,7 +136,8 @@ def decompose() -> Decomposed:
                                ("step_class", profile.step_class or ""), ("extra_step", profile.extra_step_s)):
                 cols[key].append(value)
         source = SOURCES[point.source_key]
-        for key, value in (("measured", getattr(point, metric)), ("source", point.source_key), ("metric", metric),
+        for key, value in (("measured", getattr(point, metric)), ("source", point.source_key),
+                           ("setup", setup_of(point.source_key)), ("metric", metric),
                            ("batch1", point.concurrency == 1), ("band_class", cost.ENGINES[source.profile].band_class),
                            ("row_family", cost.gpu_family(dep.gpu)), ("ids", point.id)):
             per_row[key].append(value)
@@ -255,17 +258,19 @@ def fit_sources() -> tuple[str, ...]:
 # ------------------------------------------------------------------------------------ out of sample
 @lru_cache(maxsize=1)
 def loso_estimates() -> tuple[np.ndarray, dict[str, dict[str, float]]]:
-    """Leave-one-source-out: each row's estimate in ms from constants its source never set (a fit source: a refit
-    without it; a held-out source: the frozen fit), and the constants used for each source."""
+    """Leave-one-source-out: each row's estimate in ms from constants its source never set, nor any source of its
+    setup (:func:`stage5.published.setup_of`): a refit without those of them the fit uses, else the frozen fit; and
+    the constants used for each source."""
     d = decompose()
     fit_set = fit_sources()
     out = estimates(frozen(), d)
-    used = {k: frozen() for k in SOURCES if k not in fit_set}
-    for k in fit_set:
-        params = fit_constants(tuple(s for s in fit_set if s != k), d)
-        mine = d.source == k
-        out[mine] = estimates(params, d)[mine]
-        used[k] = params
+    used = {}
+    for k in sorted(SOURCES):
+        left_out = tuple(s for s in fit_set if setup_of(s) == setup_of(k))
+        used[k] = fit_constants(tuple(s for s in fit_set if s not in left_out), d) if left_out else frozen()
+        if left_out:
+            mine = d.source == k
+            out[mine] = estimates(used[k], d)[mine]
     return out, used
 
 
@@ -374,9 +379,10 @@ class Band:
 
 def _band_rows(d: Decomposed, ratio: np.ndarray, metric: str, batch: str, engine_class: str,
                exclude: str | None = None, only: tuple[str, ...] | None = None) -> np.ndarray:
+    """The rows of one regime; ``exclude``: leave out a source and every source of its setup."""
     sel = (d.metric == metric) & (d.batch1 == (batch == "batch 1")) & (d.band_class == engine_class)
     if exclude is not None:
-        sel &= d.source != exclude
+        sel &= d.setup != setup_of(exclude)
     if only is not None:
         sel &= np.isin(d.source, only)
     return sel
@@ -398,6 +404,12 @@ def band(metric: str, batch: int, engine: str = "graphs", gpu: str | None = None
                  cost.gpu_family(cost.get_gpu(gpu)) if gpu else "", coverage)
 
 
+def _setups(d: Decomposed, rows: np.ndarray) -> tuple[str, ...]:
+    """The independent sources ``rows`` come from, one name each: a setup's sources joined by "+"."""
+    return tuple("+".join(sorted({str(k) for k in d.source[rows & (d.setup == g)]}))
+                 for g in sorted({str(x) for x in d.setup[rows]}))
+
+
 @lru_cache(maxsize=256)
 def _band(metric: str, batch: str, engine_class: str, family: str, coverage: float) -> Band | None:
     d = decompose()
@@ -414,11 +426,11 @@ def _band(metric: str, batch: str, engine_class: str, family: str, coverage: flo
     sel = _band_rows(d, ratio, metric, batch, engine_class)
     same = sel & (d.row_family == family)
     for rows, pooled in ((same, False), (sel, True)):
-        got = BAND_RULES[BAND_RULE](ratio[rows], d.source[rows], coverage)
+        got = BAND_RULES[BAND_RULE](ratio[rows], d.setup[rows], coverage)
         if got is not None:
-            terms = band_terms(ratio[rows], d.source[rows], coverage) if BAND_RULE == "between sources" else None
-            return Band(metric, batch, engine_class, family, got[0], got[1], coverage,
-                        tuple(sorted(str(x) for x in set(d.source[rows]))), int(rows.sum()), pooled,
+            terms = band_terms(ratio[rows], d.setup[rows], coverage) if BAND_RULE == "between sources" else None
+            return Band(metric, batch, engine_class, family, got[0], got[1], coverage, _setups(d, rows),
+                        int(rows.sum()), pooled,
                         tuple(sorted(str(x) for x in set(d.row_family[rows]))), tuple((terms or {}).items()))
     return None
 
@@ -505,7 +517,7 @@ def calibration(claims: tuple[float, ...] = CLAIMS, sources: tuple[str, ...] | N
             inside, n = 0, 0
             for regime in sorted({_regime(d, i) for i in mine}):
                 sel = _band_rows(d, ratio, *regime, exclude=k, only=band_sources)
-                got = BAND_RULES[rule](ratio[sel], d.source[sel], claim)
+                got = BAND_RULES[rule](ratio[sel], d.setup[sel], claim)
                 if got is None:
                     continue
                 part = mine[[(_regime(d, i) == regime) for i in mine]]

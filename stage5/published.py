@@ -167,6 +167,7 @@ class ServingPoint:
     closed_loop: bool = False  # batch_ms from clients that each send the next request when the last ends
     cached: int = 0  # prompt tokens already in the engine's KV cache (a multi-round chat's history), not prefilled
     variant: str = ""  # a second engine or release within the source: its rows are never paired with the others'
+    head: str = ""  # the lookup tables' weight format where the engine quantizes the output head too ("": 16 bits)
 
     @property
     def static(self) -> bool:
@@ -183,7 +184,9 @@ class Source:
     :data:`SPLIT_REASONS`. ``memory_policy`` and ``max_running`` are the engine's, for the queueing rule
     (:func:`stage5.validate.queued`): a request beyond them waits. ``profile`` and ``accumulation`` say how the engine
     runs (:class:`stage5.cost.Estimate` ``engine`` and ``accumulation``): facts about the engine, read from its
-    documentation or code, not fitted."""
+    documentation or code, not fitted. ``same_setup_as``: another source measured with the same engine on the same
+    machines (one README's two tables): not independent of it, so out of sample the two count as one source
+    (:func:`setup_of`): a band counts them once, and leave-one-source-out leaves both out."""
 
     key: str
     engine: str
@@ -196,6 +199,7 @@ class Source:
     profile: str = "unknown"  # the engine profile, a key of stage5.cost.ENGINES
     accumulation: str = "fp32"  # what its GEMMs accumulate in (stage5.cost.Estimate.accumulation)
     added_in: int = 29  # the issue that added the source; those added after the constants were last fixed are fresh
+    same_setup_as: str = ""  # a source run on the same engine and machines: out of sample, the two count as one
 
     def __post_init__(self) -> None:
         if self.split not in SPLIT:
@@ -230,7 +234,14 @@ SPLIT_REASONS = {
     "qwen-vllm": "held out: added after the first fit (issue 47)",
     "trtllm-h200-0.5": "held out: added after the first fit (issue 47); TensorRT-LLM static batches on H200",
     "trtllm-h200-0.7a": "held out: added after the first fit (issue 47); TensorRT-LLM static batches on H200",
+    "gpt-fast-quant": "held out: added after the first fit (issue 47); the fit source gpt-fast's engine and machine "
+                      "with 8-bit and 4-bit weights: not independent of it, a test of the formats",
 }
+
+
+def setup_of(key: str) -> str:
+    """The independent setup a source belongs to: its ``same_setup_as`` source, or itself."""
+    return SOURCES[key].same_setup_as or key
 
 
 def _llama2(name: str, hidden: int, layers: int, heads: int, kv_heads: int, ffn: int) -> ModelConfig:
@@ -249,6 +260,18 @@ LLAMA2_70B = _llama2("llama2-70b", 8192, 80, 64, 8, 28672)
 _GPT_FAST = "gpt-fast README, table 'Tensor Parallelism' (A100-80GB, 330 W, batch 1)"
 _GPT_FAST_TOKS = {(LLAMA2_7B, 1): 104.9, (LLAMA2_7B, 2): 168.84, (LLAMA2_7B, 4): 254.02, (LLAMA2_7B, 8): 328.43,
                   (LLAMA2_70B, 2): 21.32, (LLAMA2_70B, 4): 38.01, (LLAMA2_70B, 8): 62.50}
+
+# The same README (at 0f925b5), its other two A100 tables at batch 1, weight-only formats (added after the first fit,
+# issue 47: held out): "Benchmarks" (one A100) and "Tensor Parallelism + Quantization" (Llama-2-70B on 8), rows
+# "8-bit" and "4-bit (G=32)". quantize.py: 8-bit is WeightOnlyInt8Linear (int8 weights, a BF16 scale per output
+# channel: W8A16), 4-bit is WeightOnlyInt4Linear (4-bit weights, a BF16 scale and zero per 32: "int4-g32-zp"); both
+# replace every nn.Linear, the output head included, and leave the embedding (an nn.Embedding) at 16 bits. The "Base"
+# rows repeat the Tensor Parallelism table's (the fit source's) and are not added again. {(model, GPUs, format):
+# tokens/s}.
+_GPT_FAST_QUANT_TOKS = {(LLAMA2_7B, 1, "w8a16"): 155.58, (LLAMA2_7B, 1, "int4-g32-zp"): 196.80,
+                        (LLAMA2_70B, 1, "w8a16"): 19.13, (LLAMA2_70B, 1, "int4-g32-zp"): 25.25,
+                        (LLAMA2_70B, 8, "w8a16"): 80.44, (LLAMA2_70B, 8, "int4-g32-zp"): 90.77}
+_GPT_FAST_QUANT_LABEL = {"w8a16": "8-bit", "int4-g32-zp": "4-bit (G=32)"}
 
 # NVIDIA NIM LLM benchmarking guide, "Performance" page (docs.nvidia.com/nim/benchmarking/llm/1.0.0/performance),
 # NIM 1.8.0, measured with AIPerf: section "Llama-3.3-70b-instruct Results" (2 x H100 80G, fp8 TP2) and section
@@ -591,6 +614,10 @@ NOT_PRICED: tuple[tuple[str, str, str], ...] = (
        "'max TP/PP/DP config': the split over tensor, pipeline and data parallelism is not stated")
       for b, o, toks in TRTLLM_H200_07A_8GPU),
     ("trtllm-h200-0.7a", "Falcon-180B INT4 AWQ on one H200, and v0.6a against v0.7a", "numbers only in images"),
+    ("gpt-fast-quant", "table 'AMD': Llama-2-7B Base and 8-bit on one GCD of an MI250X", "one GCD, half a module: "
+     "the registry's MI250X is the whole module"),
+    ("gpt-fast-quant", "'Speculative Sampling': Llama-70B int4 verifier, Llama-7B int4 draft, 48.4 tok/s",
+     "speculative decoding: its acceptance rate is not stated"),
 )
 
 SOURCES: dict[str, Source] = {s.key: s for s in (
@@ -619,6 +646,10 @@ SOURCES: dict[str, Source] = {s.key: s for s in (
            "(commit a44c381)", "v5.0", "Megatron-530B FP16 on 16 and 32 A100-80GB (TP over two and four nodes, "
            "InfiniBand 8 x 200 Gb/s per node); batch 1-256, 20/60/128 in, 8/20 out", split="fit",
            profile="cpp-runtime"),
+    Source("gpt-fast-quant", "gpt-fast (PyTorch), weight-only int8 and int4", "github.com/pytorch-labs/gpt-fast "
+           "README, 'Benchmarks' and 'Tensor Parallelism + Quantization' (commit 0f925b5)", "README table",
+           "Llama 2 7B/70B with 8-bit (per channel) or 4-bit (groups of 32) weights on A100-80GB (330 W), TP 1 and "
+           "8, batch 1, 5-token prompt", profile="python-graphs", added_in=47, same_setup_as="gpt-fast"),
     Source("tinychat-fp16", "FP16 baseline in TinyChat's benchmarks (Hugging Face's implementation)",
            "github.com/mit-han-lab/llm-awq tinychat/README.md (commit d6e797a)", "README of 2025-07-17",
            "Llama 3 8B, Llama 2 7B/13B, Vicuna 7B in FP16 on one RTX 4090 or A100, batch 1: decode latency with 4 "
@@ -656,6 +687,11 @@ SERVING_POINTS: tuple[ServingPoint, ...] = (
     *(ServingPoint(f"gptfast-{m.name}-tp{n}", m, "A100-80GB", n, "bf16", "bf16", 1, 5, 200, 1000 / toks, None,
                    f"{_GPT_FAST}: {m.name}, {n} GPU(s), {toks} tokens/s", source_key="gpt-fast")
       for (m, n), toks in _GPT_FAST_TOKS.items()),
+    *(ServingPoint(f"gptfast-{m.name}-{fmt}-tp{n}", m, "A100-80GB", n, fmt, "bf16", 1, 5, 200, 1000 / toks, None,
+                   f"gpt-fast README, table '{'Benchmarks' if n == 1 else 'Tensor Parallelism + Quantization'}' (A100-80GB, "
+                   f"330 W, batch 1): {m.name} {_GPT_FAST_QUANT_LABEL[fmt]}, {n} GPU(s), {toks} tokens/s",
+                   source_key="gpt-fast-quant", head=fmt)
+      for (m, n, fmt), toks in _GPT_FAST_QUANT_TOKS.items()),
     *(ServingPoint(f"nim-{model.name}-fp8-tp{n}-p{p}-o{o}-c{c}", model, "H100-SXM", n, "fp8", NIM_KV, c, p, o, itl,
                    ttft if c == 1 else None, f"{_NIM}, {section}, table '{p} Input Tokens / {o} Output Tokens', "
                    f"concurrency {c}", ttft, source_key="nim")

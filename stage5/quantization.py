@@ -45,7 +45,8 @@ class WeightFormat:
     """A weight format: bits per weight, its scales, and whether the matmuls run at the low-precision rate.
 
     Integer formats with group scales store one scale of ``scale_bytes`` per ``group_size`` weights (0: no
-    per-group scale; per-tensor or per-channel scales are a negligible share of the bytes), so a weight costs
+    per-group scale; per-tensor or per-channel scales are a negligible share of the bytes; a format that stores a
+    zero point per group too counts it in ``scale_bytes``), so a weight costs
     bits / 8 + scale_bytes / group_size bytes: 4-bit weights with FP16 scales per 128 weights take 0.515625 bytes,
     per 32 weights 0.5625.
     """
@@ -81,6 +82,11 @@ WEIGHT_FORMATS: dict[str, WeightFormat] = {f.key: f for f in (
                  scale_bytes=2.0),
     WeightFormat("int4-g32", "INT4 weights only (W4A16, FP16 scale per 32)", 4, "16-bit", group_size=32,
                  scale_bytes=2.0),
+    # gpt-fast's int4 (github.com/pytorch-labs/gpt-fast quantize.py, get_group_qparams and pack_scales_and_zeros): a
+    # BF16 scale and a BF16 zero point per group, 4 bytes per 32 weights in the README's "4-bit (G=32)" rows, read
+    # by PyTorch's tinygemm kernel (torch.ops.aten._weight_int4pack_mm): 0.625 bytes per weight.
+    WeightFormat("int4-g32-zp", "INT4 weights only (W4A16, BF16 scale and zero per 32)", 4, "16-bit", group_size=32,
+                 scale_bytes=4.0),
     # The 4-bit floating-point formats, weights and activations both (W4A4), multiplied by FP4 tensor cores where
     # the chip has them (Blackwell; elsewhere engines dequantize to 16 bits, and the floor may use FP8 tensor cores,
     # which hold E2M1 values exactly: stage5.hardware.EXACT_IN). Both store E2M1 values (1 sign, 2 exponent, 1

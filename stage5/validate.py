@@ -27,7 +27,7 @@ import numpy as np
 from stage5 import cost
 from stage5.inputs import OneLineParser, dumps
 from stage5.published import NOT_PRICED, SERVING_POINTS, SOURCES, ServingPoint
-from stage5.quantization import deployment
+from stage5.quantization import deployment, weight_format
 
 WITHIN = (0.8, 1.25)  # the tight band, as estimate / measured: within 25%
 WIDE = (1 / 1.5, 1.5)  # the wide band: within x1.5
@@ -119,7 +119,8 @@ def _priced_ms(dep: cost.Deployment, point: ServingPoint, metric: str) -> float:
 def _deployment(point: ServingPoint) -> cost.Deployment:
     source = SOURCES.get(point.source_key)
     policy = source.memory_policy if source else "fixed"
-    return deployment(point.model, point.gpu, point.num_gpus, point.weights, point.kv, memory_policy=policy)
+    head = {"head_bytes": weight_format(point.head).bytes} if point.head else {}
+    return deployment(point.model, point.gpu, point.num_gpus, point.weights, point.kv, memory_policy=policy, **head)
 
 
 def queued(point: ServingPoint) -> bool:

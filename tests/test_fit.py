@@ -10,7 +10,7 @@ import pytest
 from stage5 import cost, fit, fitted, validate
 from stage5.__main__ import main
 from stage5.hardware import GPUS
-from stage5.published import SOURCES
+from stage5.published import SOURCES, setup_of
 from stage5.quantization import WEIGHT_FORMATS
 
 
@@ -63,7 +63,13 @@ def test_leave_one_source_out_scores_each_fit_source_by_a_fit_without_it():
         assert used[k] == fit.fit_constants(tuple(s for s in fit.fit_sources() if s != k))
         mine = d.source == k
         assert loso[mine] == pytest.approx(fit.estimates(used[k])[mine])
-    held = ~np.isin(d.source, fit.fit_sources())
+    # a held-out source run on a fit source's engine and machines (gpt-fast's quantized rows) is scored by the fit
+    # without that source; every other held-out source by the frozen fit
+    assert setup_of("gpt-fast-quant") == "gpt-fast"
+    twin = d.source == "gpt-fast-quant"
+    assert used["gpt-fast-quant"] == used["gpt-fast"] and loso[twin] == pytest.approx(fit.estimates(used["gpt-fast"])[twin])
+    assert not np.allclose(loso[twin], frozen[twin])
+    held = ~np.isin(d.source, fit.fit_sources()) & ~twin
     assert loso[held] == pytest.approx(frozen[held])
 
 
@@ -169,16 +175,19 @@ def test_lever_ratios_out_of_sample_within_25_percent_on_65_percent_source_balan
     assert _rep()["lever_ratios_leave_one_source_out"]["source_balanced"] >= 0.65
 
 
-@pytest.mark.xfail(strict=True, reason="held out within x1.5 on 65% of 122 points, 59% source-balanced over 8 "
-                   "sources (targets 70% and 60%; 63% of 112 points and 54% before issue 47 added TensorRT-LLM's "
-                   "two H200 blog posts, 7 and 3 rows, 86% and 67% of them within x1.5): TinyChat's fused engine's TTFTs are estimated at a median 0.56 of their measured times "
+@pytest.mark.xfail(strict=True, reason="held out within x1.5 on 66% of 128 points, 62% source-balanced over 9 "
+                   "sources (targets 70% and 60%: the source-balanced one met, the pooled one not; 63% of 112 points "
+                   "and 54% before issue 47 added TensorRT-LLM's two H200 blog posts, 7 and 3 rows, 86% and 67% of "
+                   "them within x1.5, and gpt-fast's int8 and int4 rows, 6 rows, 83% within x1.5, a source run on a "
+                   "fit source's engine and machines: without it, 59% source-balanced): TinyChat's fused engine's "
+                   "TTFTs are estimated at a median 0.56 of their measured times "
                    "(41% of its rows within x1.5: its prefill is slower than the fitted launch cost x 12 kernels and "
                    "the W4A16 GEMM roofline allow), and Qwen's speed benchmark, added after the fit, misses on every "
                    "row (Hugging Face transformers and vLLM 0.6.3 at batch 1 both at 0.38: the launch cost fitted on "
                    "TinyChat's baseline and the step time fitted on gpt-fast and vLLM on MI300X do not carry to their "
                    "host). What would meet it: a launch cost and a vLLM-0.6 step time fitted on several engines' "
                    "hosts, and a profiler trace of TinyChat's prefill. Not done: a refit with Qwen's two sources "
-                   "joining (fit.split_report) would report 70% of 114 points and 75% source-balanced on the six "
+                   "joining (fit.split_report) would report 72% of 120 points and 78% source-balanced on the seven "
                    "sources left held out, but only by moving the two sources the fit misses out of the held-out set, "
                    "a choice made by looking at held-out scores; the next fit should join sources on a schedule, not "
                    "on this target")
@@ -197,7 +206,9 @@ def test_the_80_percent_band_covers_70_to_90_percent_of_unseen_sources():
 @pytest.mark.xfail(strict=True, reason="on the held-out sources, with bands from the fit sources alone, the 80% band "
                    "holds 100% of 25 points from 2 sources (TensorRT-LLM's TTFTs in two sources; no other held-out "
                    "source shares a regime with three fit sources: the two H200 posts added for issue 47 are "
-                   "batched throughputs, a regime with two fit sources, FasterTransformer and LMDeploy): target 70-90%. It covers more than it claims, not "
+                   "batched throughputs, a regime with two fit sources, FasterTransformer and LMDeploy, and gpt-fast's "
+                   "int8 and int4 rows count as gpt-fast itself, leaving two other fit sources at batch-1 TPOT): "
+                   "target 70-90%. It covers more than it claims, not "
                    "less: the three fit sources with batch-1 TTFTs (MI300X, LMDeploy, NIM) disagree by up to 7x, so "
                    "their band is wide. What would meet it: more held-out sources in regimes the fit sources cover, "
                    "or more fit sources per regime")
@@ -318,3 +329,25 @@ def test_the_simulator_s_band_in_ms_never_reaches_below_its_floor():
         for label, lo, hi in got:
             edge = {"TPOT": floor.tpot_ms, "TTFT": floor.ttft_ms}[label]
             assert float(lo) >= round(edge, 2) and float(hi) > float(lo), (label, lo, edge)
+
+
+def test_sources_of_one_setup_count_once_in_every_band():
+    """gpt-fast's int8/int4 rows ran on the fit source gpt-fast's engine and machines: a band counts the two as one
+    source (else one lab's two tables would narrow it as two independent sources would), and a band built for
+    either leaves both out."""
+    for k, s in SOURCES.items():
+        assert not s.same_setup_as or (s.same_setup_as in SOURCES and s.same_setup_as != k
+                                       and not SOURCES[s.same_setup_as].same_setup_as), k
+    b = fit.band("tpot_ms", 1, "graphs", "A100-80GB")
+    assert "gpt-fast+gpt-fast-quant" in b.sources and "gpt-fast" not in b.sources
+    assert "from 3 sources" in fit.band_sentence("tpot_ms", "graphs", "A100-80GB", 1)
+    d = fit.decompose()
+    ratio = d.measured / fit.loso_estimates()[0]
+    for left in ("gpt-fast", "gpt-fast-quant"):
+        rows = fit._band_rows(d, ratio, "tpot_ms", "batch 1", "graphs", exclude=left)
+        assert not np.isin(d.source[rows], ["gpt-fast", "gpt-fast-quant"]).any() and rows.any()
+    # counted as two sources, the same rows would give a narrower band
+    sel = fit._band_rows(d, ratio, "tpot_ms", "batch 1", "graphs")
+    apart = fit.between_sources_band(ratio[sel], d.source[sel], 0.8)
+    assert (b.low, b.high) == pytest.approx(fit.between_sources_band(ratio[sel], d.setup[sel], 0.8))
+    assert apart[1] / apart[0] < b.high / b.low

@@ -11,7 +11,7 @@ from stage5 import cost, validate
 from stage5.__main__ import main
 from stage5.hardware import GPUS
 from stage5.published import NIM_KV_EVIDENCE, SERVING_POINTS, SOURCES, TRTLLM_H200_KV_EVIDENCE
-from stage5.quantization import deployment
+from stage5.quantization import deployment, weight_format
 
 
 def test_validate_json_has_exactly_the_issue_shape(capsys):
@@ -94,8 +94,8 @@ def test_floor_is_at_or_below_every_published_latency():
 def test_the_floor_is_at_or_below_every_point_of_every_source_fresh_ones_included():
     sh = validate.summary()["shares"]
     assert all(s["floor_is_lower_bound"] for s in sh["by_source"].values())
-    assert sh["fresh"]["sources"] == ["qwen-hf", "qwen-vllm", "tinychat", "tinychat-fp16", "tinychat-trtllm",
-                                    "trtllm-h200-0.5", "trtllm-h200-0.7a"]
+    assert sh["fresh"]["sources"] == ["gpt-fast-quant", "qwen-hf", "qwen-vllm", "tinychat", "tinychat-fp16",
+                                    "tinychat-trtllm", "trtllm-h200-0.5", "trtllm-h200-0.7a"]
 
 
 # Issue 39's targets on the fresh sources (lever ratios 80%, TPOT and TTFT within x1.5 on 90% and 70%) were superseded
@@ -104,7 +104,7 @@ def test_the_floor_is_at_or_below_every_point_of_every_source_fresh_ones_include
 def test_the_fresh_sources_were_added_after_the_constants_and_set_nothing():
     fresh = {k for k, s in SOURCES.items() if s.added_in >= validate.FRESH_AFTER}
     assert fresh == {"tinychat", "tinychat-fp16", "tinychat-trtllm", "qwen-hf", "qwen-vllm", "trtllm-h200-0.5",
-                     "trtllm-h200-0.7a"}
+                     "trtllm-h200-0.7a", "gpt-fast-quant"}
     assert [k for k in fresh if SOURCES[k].in_sample] == ["tinychat-fp16"]  # fitted on since issue 47
     assert not any(k in looked for looked in validate.CHOSEN_AFTER_LOOKING.values() for k in fresh)
 
@@ -574,3 +574,21 @@ def test_validate_fitted_prints_every_fit(capsys, monkeypatch):
     assert main(["validate", "--fitted", "--json"]) == 0
     fits = json.loads(capsys.readouterr().out)
     assert [f["label"] for f in fits] == [label for label, _, _ in validate.FITS]
+
+
+def test_gpt_fast_quantized_rows_are_the_readme_tables_with_the_head_quantized_too():
+    """The README's 'Benchmarks' and 'Tensor Parallelism + Quantization' tables (8-bit, 4-bit G=32 rows), priced with
+    gpt-fast's formats: int8 per channel (W8A16) and int4 with a BF16 scale and zero per 32 weights (0.625 bytes),
+    the output head quantized as well (quantize.py replaces every nn.Linear)."""
+    readme = {("llama2-7b", 1, "8-bit"): 155.58, ("llama2-7b", 1, "4-bit (G=32)"): 196.80,
+              ("llama2-70b", 1, "8-bit"): 19.13, ("llama2-70b", 1, "4-bit (G=32)"): 25.25,
+              ("llama2-70b", 8, "8-bit"): 80.44, ("llama2-70b", 8, "4-bit (G=32)"): 90.77}
+    pts = [p for p in SERVING_POINTS if p.source_key == "gpt-fast-quant"]
+    label = {"w8a16": "8-bit", "int4-g32-zp": "4-bit (G=32)"}
+    assert {(p.model.name, p.num_gpus, label[p.weights]): round(1000 / p.tpot_ms, 2) for p in pts} == readme
+    assert weight_format("int4-g32-zp").bytes == 0.625
+    for p in pts:
+        assert p.head == p.weights and validate._deployment(p).head_bytes == weight_format(p.weights).bytes
+        assert validate.predict_ms(p, "tpot_ms", "floor") < validate.predict_ms(
+            replace(p, head=""), "tpot_ms", "floor")  # the quantized head is read in fewer bytes
+    assert all(validate._deployment(p).head_bytes is None for p in SERVING_POINTS if not p.head)
