@@ -3,6 +3,7 @@
 import itertools
 import json
 from dataclasses import replace
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -592,3 +593,20 @@ def test_gpt_fast_quantized_rows_are_the_readme_tables_with_the_head_quantized_t
         assert validate.predict_ms(p, "tpot_ms", "floor") < validate.predict_ms(
             replace(p, head=""), "tpot_ms", "floor")  # the quantized head is read in fewer bytes
     assert all(validate._deployment(p).head_bytes is None for p in SERVING_POINTS if not p.head)
+
+
+def test_chapter_9_cites_every_fresh_source_where_it_lists_them():
+    """The chapter glues how many sources are fresh and names them in prose, each with its citation: a source added
+    without a sentence (or a citation) fails here."""
+    cite = {"tinychat": "tinychat2025readme", "tinychat-fp16": "tinychat2025readme",
+            "tinychat-trtllm": "tinychat2025readme", "qwen-hf": "qwen2024speed", "qwen-vllm": "qwen2024speed",
+            "trtllm-h200-0.5": "trtllm2023h200", "trtllm-h200-0.7a": "trtllm2023falcon180b",
+            "gpt-fast-quant": "gptfast2023"}
+    assert {k for k, s in SOURCES.items() if s.added_in >= validate.FRESH_AFTER} == set(cite)
+    cells = json.load(open(Path(__file__).parents[1] / "book" / "09_cost_model.ipynb"))["cells"]
+    text = next("".join(c["source"]) for c in cells if c["cell_type"] == "markdown"
+                and "These are the *fresh* sources" in "".join(c["source"]))
+    listing = text[text.index("`n_fresh:.0f`"):text.index("These are the *fresh* sources")]
+    assert all(key in listing for key in cite.values())
+    bib = (Path(__file__).parents[1] / "references.bib").read_text()
+    assert all(f"{{{key}," in bib for key in cite.values())
