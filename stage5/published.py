@@ -234,6 +234,7 @@ SPLIT_REASONS = {
     "qwen-vllm": "held out: added after the first fit (issue 47)",
     "trtllm-h200-0.5": "held out: added after the first fit (issue 47); TensorRT-LLM static batches on H200",
     "trtllm-h200-0.7a": "held out: added after the first fit (issue 47); TensorRT-LLM static batches on H200",
+    "mlc-llm": "held out: added after the first fit (issue 47); a compiled engine with CUDA graphs on a GeForce card",
     "gpt-fast-quant": "held out: added after the first fit (issue 47); the fit source gpt-fast's engine and machine "
                       "with 8-bit and 4-bit weights: not independent of it, a test of the formats",
 }
@@ -418,6 +419,17 @@ DSTACK_MI300X = ((1, 85, 314.58, 50.19), (2, 127, 372.80, 51.59), (4, 288, 397.5
 # and max, and the page's "Request Throughput Benchmark" (ShareGPT prompts of varying lengths, not one length the
 # model can price).
 LLAMA2_13B = _llama2("llama2-13b", 5120, 40, 40, 40, 13824)  # gpt-fast model.py "13B": FFN find_multiple(2*4*5120/3, 256)
+
+# MLC LLM's llm-perf-bench README (github.com/mlc-ai/llm-perf-bench at 0274600; added after the first fit, issue 47:
+# held out), table "Int4-quantized, Single GPU": "decoding for 256 tokens with a prompt \"What is the meaning of
+# life?\"", batch 1, MLC LLM at commit 8e94910 built with --use-cuda-graph, q4f16_1 weights. q4f16_1 (mlc-llm
+# mlc_llm/quantization/__init__.py at 0d4779b, the mlc_llm.build era the README runs): 4-bit symmetric weights with an
+# FP16 scale per 32 ("int4-g32"), the embedding table and the final layer quantized the same way. The prompt is taken
+# as 8 tokens (its 7 Llama 2 tokens and BOS): a chat template around it would add a few dozen, which at batch 1
+# moves the KV reads of a 7B model by well under 1%. {model: tokens/s on one RTX 4090}.
+MLC_4090_TOKS = {LLAMA2_7B: 204.8, LLAMA2_13B: 113.5}
+MLC_PROMPT, MLC_OUTPUT = 8, 256
+
 INTERNLM_20B = ModelConfig(
     # internlm/internlm-chat-20b config.json (InternLMForCausalLM): vocab 103,168, hidden 5,120, 60 layers, 40 heads of
     # 128, 40 KV heads, SwiGLU FFN 13,824, "bias": false, RMSNorm, rotary, untied. The 4,096-token context is the
@@ -614,6 +626,11 @@ NOT_PRICED: tuple[tuple[str, str, str], ...] = (
        "'max TP/PP/DP config': the split over tensor, pipeline and data parallelism is not stated")
       for b, o, toks in TRTLLM_H200_07A_8GPU),
     ("trtllm-h200-0.7a", "Falcon-180B INT4 AWQ on one H200, and v0.6a against v0.7a", "numbers only in images"),
+    ("mlc-llm", "table 'Int4-quantized, Single GPU': the RTX 3090 Ti rows", "no registry entry for the RTX 3090 Ti"),
+    ("mlc-llm", "table 'Int4-quantized, Single GPU': the Exllama column", "GPTQ checkpoints whose group size and "
+     "act-order setting the README does not state"),
+    ("mlc-llm", "table 'Int4-quantized, Single GPU': the Llama.cpp column", "Q4_K_M, a mix of 4- and 6-bit k-quant "
+     "blocks the registry does not price"),
     ("gpt-fast-quant", "table 'AMD': Llama-2-7B Base and 8-bit on one GCD of an MI250X", "one GCD, half a module: "
      "the registry's MI250X is the whole module"),
     ("gpt-fast-quant", "'Speculative Sampling': Llama-70B int4 verifier, Llama-7B int4 draft, 48.4 tok/s",
@@ -650,6 +667,10 @@ SOURCES: dict[str, Source] = {s.key: s for s in (
            "README, 'Benchmarks' and 'Tensor Parallelism + Quantization' (commit 0f925b5)", "README table",
            "Llama 2 7B/70B with 8-bit (per channel) or 4-bit (groups of 32) weights on A100-80GB (330 W), TP 1 and "
            "8, batch 1, 5-token prompt", profile="python-graphs", added_in=47, same_setup_as="gpt-fast"),
+    Source("mlc-llm", "MLC LLM (TVM, CUDA graphs), in its llm-perf-bench", "github.com/mlc-ai/llm-perf-bench README "
+           "(commit 0274600)", "MLC LLM 8e94910, TVM e5ca38d", "Llama 2 7B and 13B with 4-bit weights (q4f16_1: an "
+           "FP16 scale per 32, the embedding and output head quantized too) on one RTX 4090, batch 1, 256 tokens "
+           "after a short prompt; FP16 activations and compute", profile="graphs", accumulation="fp16", added_in=47),
     Source("tinychat-fp16", "FP16 baseline in TinyChat's benchmarks (Hugging Face's implementation)",
            "github.com/mit-han-lab/llm-awq tinychat/README.md (commit d6e797a)", "README of 2025-07-17",
            "Llama 3 8B, Llama 2 7B/13B, Vicuna 7B in FP16 on one RTX 4090 or A100, batch 1: decode latency with 4 "
@@ -687,6 +708,10 @@ SERVING_POINTS: tuple[ServingPoint, ...] = (
     *(ServingPoint(f"gptfast-{m.name}-tp{n}", m, "A100-80GB", n, "bf16", "bf16", 1, 5, 200, 1000 / toks, None,
                    f"{_GPT_FAST}: {m.name}, {n} GPU(s), {toks} tokens/s", source_key="gpt-fast")
       for (m, n), toks in _GPT_FAST_TOKS.items()),
+    *(ServingPoint(f"mlc-{m.name}-RTX-4090-int4-g32", m, "RTX-4090", 1, "int4-g32", "bf16", 1, MLC_PROMPT, MLC_OUTPUT,
+                   1000 / toks, None, f"MLC llm-perf-bench README, table 'Int4-quantized, Single GPU': {m.name} on RTX "
+                   f"4090, MLC LLM {toks} tok/sec", source_key="mlc-llm", head="int4-g32")
+      for m, toks in MLC_4090_TOKS.items()),
     *(ServingPoint(f"gptfast-{m.name}-{fmt}-tp{n}", m, "A100-80GB", n, fmt, "bf16", 1, 5, 200, 1000 / toks, None,
                    f"gpt-fast README, table '{'Benchmarks' if n == 1 else 'Tensor Parallelism + Quantization'}' (A100-80GB, "
                    f"330 W, batch 1): {m.name} {_GPT_FAST_QUANT_LABEL[fmt]}, {n} GPU(s), {toks} tokens/s",

@@ -95,8 +95,8 @@ def test_floor_is_at_or_below_every_published_latency():
 def test_the_floor_is_at_or_below_every_point_of_every_source_fresh_ones_included():
     sh = validate.summary()["shares"]
     assert all(s["floor_is_lower_bound"] for s in sh["by_source"].values())
-    assert sh["fresh"]["sources"] == ["gpt-fast-quant", "qwen-hf", "qwen-vllm", "tinychat", "tinychat-fp16",
-                                    "tinychat-trtllm", "trtllm-h200-0.5", "trtllm-h200-0.7a"]
+    assert sh["fresh"]["sources"] == ["gpt-fast-quant", "mlc-llm", "qwen-hf", "qwen-vllm", "tinychat",
+                                    "tinychat-fp16", "tinychat-trtllm", "trtllm-h200-0.5", "trtllm-h200-0.7a"]
 
 
 # Issue 39's targets on the fresh sources (lever ratios 80%, TPOT and TTFT within x1.5 on 90% and 70%) were superseded
@@ -105,7 +105,7 @@ def test_the_floor_is_at_or_below_every_point_of_every_source_fresh_ones_include
 def test_the_fresh_sources_were_added_after_the_constants_and_set_nothing():
     fresh = {k for k, s in SOURCES.items() if s.added_in >= validate.FRESH_AFTER}
     assert fresh == {"tinychat", "tinychat-fp16", "tinychat-trtllm", "qwen-hf", "qwen-vllm", "trtllm-h200-0.5",
-                     "trtllm-h200-0.7a", "gpt-fast-quant"}
+                     "trtllm-h200-0.7a", "gpt-fast-quant", "mlc-llm"}
     assert [k for k in fresh if SOURCES[k].in_sample] == ["tinychat-fp16"]  # fitted on since issue 47
     assert not any(k in looked for looked in validate.CHOSEN_AFTER_LOOKING.values() for k in fresh)
 
@@ -601,7 +601,7 @@ def test_chapter_9_cites_every_fresh_source_where_it_lists_them():
     cite = {"tinychat": "tinychat2025readme", "tinychat-fp16": "tinychat2025readme",
             "tinychat-trtllm": "tinychat2025readme", "qwen-hf": "qwen2024speed", "qwen-vllm": "qwen2024speed",
             "trtllm-h200-0.5": "trtllm2023h200", "trtllm-h200-0.7a": "trtllm2023falcon180b",
-            "gpt-fast-quant": "gptfast2023"}
+            "gpt-fast-quant": "gptfast2023", "mlc-llm": "mlc2023perfbench"}
     assert {k for k, s in SOURCES.items() if s.added_in >= validate.FRESH_AFTER} == set(cite)
     cells = json.load(open(Path(__file__).parents[1] / "book" / "09_cost_model.ipynb"))["cells"]
     text = next("".join(c["source"]) for c in cells if c["cell_type"] == "markdown"
@@ -610,3 +610,14 @@ def test_chapter_9_cites_every_fresh_source_where_it_lists_them():
     assert all(key in listing for key in cite.values())
     bib = (Path(__file__).parents[1] / "references.bib").read_text()
     assert all(f"{{{key}," in bib for key in cite.values())
+
+
+def test_mlc_rows_are_the_readme_table_in_q4f16_1():
+    """MLC LLM's column of llm-perf-bench's int4 table on the RTX 4090, priced as q4f16_1 stores weights: 4 bits with an
+    FP16 scale per 32 (0.5625 bytes), the embedding and the output head quantized the same way."""
+    pts = [p for p in SERVING_POINTS if p.source_key == "mlc-llm"]
+    assert {p.model.name: round(1000 / p.tpot_ms, 1) for p in pts} == {"llama2-7b": 204.8, "llama2-13b": 113.5}
+    assert all((p.gpu, p.weights, p.head, p.concurrency, p.output) == ("RTX-4090", "int4-g32", "int4-g32", 1, 256)
+               for p in pts)
+    assert weight_format("int4-g32").bytes == 0.5625
+    assert SOURCES["mlc-llm"].profile == "graphs" and not SOURCES["mlc-llm"].in_sample
