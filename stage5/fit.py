@@ -447,8 +447,8 @@ def band_sentence(metric: str, engine: str = "graphs", gpu: str | None = None, b
         return (f"no error band: fewer than {MIN_BAND_SOURCES} published sources measured {regime} (out of sample), "
                 "so the course cannot say how far such an estimate strays")
     family = cost.gpu_family(cost.get_gpu(gpu)) if gpu else ""
-    where = (f"pooled over GPU families ({', '.join(b.families)}): fewer than {MIN_BAND_SOURCES} sources ran a "
-             f"{family} GPU in this regime" if b.pooled and family else
+    where = (f"pooled over GPU families ({', '.join(b.families)}): fewer than {MIN_BAND_SOURCES} sources in this "
+             f"regime ran a GPU of the {family} family" if b.pooled and family else
              f"pooled over GPU families ({', '.join(b.families)})" if b.pooled else f"{family} GPUs only")
     unknown = " (an engine the registry does not know: the widest band of any engine class)" if engine == "unknown" \
         else ""
