@@ -36,10 +36,10 @@ from dataclasses import dataclass, field
 import torch
 
 from stage5 import disagg, inputs
-from stage5.engine.clock import VirtualClock
 from stage5.engine.engine import Engine, RunResult
 from stage5.engine.fleet import FleetConfig, Router
 from stage5.engine.metrics import RequestTimes, latency_summary
+from stage5.engine.replica import EngineReplica
 from stage5.engine.sequence import Request, Sequence
 from stage5.hardware import get_gpu
 
@@ -99,44 +99,25 @@ class _Handoff:
     kv: torch.Tensor = field(compare=False, repr=False)
 
 
-class Node:
+class Node(EngineReplica):
     """One replica: an engine, its clock, and (decode replicas) the sequences whose K/V has landed or is on its way."""
 
     def __init__(self, index: int, role: str, model, cfg, cal, config: DisaggConfig):
-        from stage5.engine.roofline_toy import ROOFLINE_TOY
-
-        self.index, self.role = index, role
-        chunked = config.mode == "chunked"
-        self.engine = Engine(model, cfg, num_blocks=config.num_blocks, block_size=config.block_size,
-                             max_batch=config.max_batch, token_budget=config.token_budget if chunked else None)
-        self.engine.start([], VirtualClock(cal, ROOFLINE_TOY))
+        super().__init__(index, model, cfg, cal, num_blocks=config.num_blocks, block_size=config.block_size,
+                         max_batch=config.max_batch,
+                         token_budget=config.token_budget if config.mode == "chunked" else None)
+        self.role = role
         self.inbox: list[_Handoff] = []  # sorted by ready time
         self.link_free = 0.0  # prefill replicas: when their link finishes the copies already queued on it
-        self.sent = 0
-
-    @property
-    def now(self) -> float:
-        return self.engine.clock.now
 
     @property
     def load(self) -> int:
-        s = self.engine.scheduler
-        return len(s.pending) + len(s.waiting) + len(s.running) + len(self.inbox)
+        """Requests sent here and not finished, and K/V copies on their way here."""
+        return super().load + len(self.inbox)
 
-    @property
-    def busy(self) -> bool:
-        s = self.engine.scheduler
-        return bool(s.waiting or s.running)
-
-    @property
-    def next_time(self) -> float:
-        """When this replica next acts: now with work to run, else its next arrival or landed copy, else never."""
-        if self.busy:
-            return self.now
-        s = self.engine.scheduler
-        times = [s.pending[0].request.arrival] if s.pending else []
-        times += [self.inbox[0].ready] if self.inbox else []
-        return max(self.now, min(times)) if times else math.inf
+    def _upcoming(self) -> list[float]:
+        """Its next arrival, and its next copy to land."""
+        return super()._upcoming() + ([self.inbox[0].ready] if self.inbox else [])
 
     def seat_landed(self) -> None:
         """Seat every copy that has landed by now, oldest first, while a seat and room are free."""

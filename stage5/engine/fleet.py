@@ -39,10 +39,10 @@ import torch
 
 from stage5 import fleet, inputs
 from stage5.calibration import Calibration
-from stage5.engine.clock import VirtualClock
-from stage5.engine.engine import Engine, RunResult
+from stage5.engine.engine import RunResult
 from stage5.engine.metrics import latency_summary
 from stage5.engine.prefix import block_chain
+from stage5.engine.replica import EngineReplica
 from stage5.engine.sequence import Request
 
 POOL_BLOCKS, BLOCK_SIZE, MAX_BATCH = 256, 16, 16  # each replica's K/V pool, as bench load's engine, a little larger
@@ -104,37 +104,13 @@ def route_by_prefix(prompt_blocks: list[int], replicas: list[dict], load_bound: 
     return pick_replica(held, [r["load"] for r in replicas], load_bound, last_pick)
 
 
-class Replica:
+class Replica(EngineReplica):
     """One engine with its own pool, cache and clock, and what the router may ask of it."""
 
     def __init__(self, index: int, model, cfg, cal, config: FleetConfig):
-        from stage5.engine.roofline_toy import ROOFLINE_TOY
-
-        self.index = index
-        self.engine = Engine(model, cfg, num_blocks=config.num_blocks, block_size=config.block_size,
-                             max_batch=config.max_batch, prefix_caching=True)
-        self.engine.start([], VirtualClock(cal, ROOFLINE_TOY))
-        self.block_size = config.block_size
-        self.sent = 0
+        super().__init__(index, model, cfg, cal, num_blocks=config.num_blocks, block_size=config.block_size,
+                         max_batch=config.max_batch, prefix_caching=True)
         self._chains: dict[int, list] = {}  # request id -> its block chain (queued requests only)
-
-    @property
-    def now(self) -> float:
-        return self.engine.clock.now
-
-    @property
-    def load(self) -> int:
-        """Requests sent here and not finished: queued (not yet arrived or not admitted) and running."""
-        s = self.engine.scheduler
-        return len(s.pending) + len(s.waiting) + len(s.running)
-
-    @property
-    def next_time(self) -> float:
-        """When this replica's next step starts: now if it has work, the next arrival if only that, else never."""
-        s = self.engine.scheduler
-        if s.waiting or s.running:
-            return self.now
-        return max(self.now, s.pending[0].request.arrival) if s.pending else math.inf
 
     def held_ids(self) -> set[int]:
         """Ids of the full blocks this replica holds: in its cache, or in a prompt already sent here and not yet
