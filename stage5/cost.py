@@ -573,9 +573,10 @@ MODE_MEANINGS = {
                  "in place of the MFU, both fitted by GPU family on the sources marked for fitting (or, where one is "
                  "given, an MFU per phase); the engine's profile: the kernels it launches one by one from Python "
                  "times a fitted launch cost, and its fixed time per step, and FP16 accumulation where it uses it; the tensor-parallel all-reduces, their speed "
-                 "scaled by a factor fitted per GPU family, over every network card of a server past one; prefill's causal attention FLOPs; other requests' prefill chunks "
-                 "riding in each decode step; and only the embedding rows a step's tokens look up read. Attention's "
-                 "KV reads add, as in the simple estimate."),
+                 "scaled by a factor fitted per GPU family, over every network card of a server past one; other "
+                 "requests' prefill chunks riding in each decode step; and only the embedding rows a step's tokens "
+                 "look up read. Attention's KV reads add, and prefill's causal attention FLOPs count, as in the simple "
+                 "estimate (each a term too, so a chapter can switch it off)."),
     "floor": ("The physics at the datasheet's peak, with no efficiency factor: a step takes the larger of its bytes "
               "over the datasheet's bandwidth (the weights, only the embedding rows its tokens look up, and the KV "
               "cache) and its FLOPs over the peak of the fastest tensor format a kernel can use for the deployment's "
