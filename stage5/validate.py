@@ -26,7 +26,7 @@ import numpy as np
 
 from stage5 import cost
 from stage5.inputs import OneLineParser, dumps
-from stage5.published import NOT_PRICED, SERVING_POINTS, SOURCES, ServingPoint
+from stage5.published import NOT_PRICED, SERVING_POINTS, SOURCES, ServingPoint, setup_of
 from stage5.quantization import deployment, weight_format
 
 WITHIN = (0.8, 1.25)  # the tight band, as estimate / measured: within 25%
@@ -47,9 +47,10 @@ FRESH_AFTER = 39
 TARGET_RATIO_SHARE = 0.8
 TARGET_TPOT_WIDE = 0.9
 TARGET_TTFT_WIDE = 0.7
-# What a lever ratio compares: two points of one source (and one engine release of it) that differ in exactly one of
-# these groups of settings and agree on the rest.
-LEVERS = {"batch": ("concurrency",), "format": ("weights", "kv"), "lengths": ("prompt", "output", "cached"),
+# What a lever ratio compares: two points of one setup (one source, or sources measured with one engine on the same
+# machines) and one engine release that differ in exactly one of these groups of settings and agree on the rest. A
+# format includes the output head's (gpt-fast quantizes it with the body).
+LEVERS = {"batch": ("concurrency",), "format": ("weights", "kv", "head"), "lengths": ("prompt", "output", "cached"),
           "model": ("model",), "gpus": ("num_gpus",), "gpu": ("gpu",)}
 
 
@@ -259,24 +260,39 @@ def _settings(point: ServingPoint) -> dict[str, tuple]:
     return {lever: tuple(values[f] for f in fields) for lever, fields in LEVERS.items()}
 
 
+def _setup(source: str) -> str:
+    return setup_of(source) if source in SOURCES else source
+
+
+def _pair_source(a: str, b: str) -> str:
+    """The source a pair is counted under: its rows' source, or, for a pair across two sources of one setup, the
+    held-out one (its rows are the ones the fit never saw)."""
+    if a == b:
+        return a
+    held = [k for k in (a, b) if not SOURCES[k].in_sample]
+    return held[0] if held else min(a, b)
+
+
 def pairs(table: list[Row], points: dict[str, ServingPoint] | None = None) -> list[Pair]:
-    """Every pair of rows of one source, one engine release (:attr:`ServingPoint.variant`) and one metric whose points
-    differ in exactly one lever (:data:`LEVERS`), in the table's order. ``points``: the rows' points by id (default:
+    """Every pair of rows of one setup (a source, or the sources measured with one engine on the same machines:
+    :func:`stage5.published.setup_of`), one engine release (:attr:`ServingPoint.variant`) and one metric whose points
+    differ in exactly one lever (:data:`LEVERS`), in the table's order; a pair across two sources of a setup is counted
+    under the held-out one (:func:`_pair_source`). ``points``: the rows' points by id (default:
     :data:`stage5.published.SERVING_POINTS`)."""
     points = points if points is not None else {p.id: p for p in SERVING_POINTS}
     groups: dict[tuple, list[Row]] = {}
     for r in table:
-        groups.setdefault((r.source, points[r.id].variant, r.metric), []).append(r)
+        groups.setdefault((_setup(r.source), points[r.id].variant, r.metric), []).append(r)
     out = []
-    for (source, _, metric), rows_ in groups.items():
+    for (_, _, metric), rows_ in groups.items():
         settings = [_settings(points[r.id]) for r in rows_]
         for i in range(len(rows_)):
             for j in range(i + 1, len(rows_)):
                 differ = [lever for lever in LEVERS if settings[i][lever] != settings[j][lever]]
                 if len(differ) == 1:
                     a, b = rows_[i], rows_[j]
-                    out.append(Pair(source, differ[0], metric, a.id, b.id, a.measured / b.measured,
-                                    a.estimate / b.estimate))
+                    out.append(Pair(_pair_source(a.source, b.source), differ[0], metric, a.id, b.id,
+                                    a.measured / b.measured, a.estimate / b.estimate))
     return out
 
 
@@ -580,7 +596,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"chosen after looking at {', '.join(got['looked_at'])}: {term}; without it, source-balanced within 25% "
               f"{off['within_25pct']:.0%}, within x1.5 {off['within_1.5x']:.0%}")
     ratios = report["ratios"]
-    print(f"lever ratios (pairs of one source differing in one lever), estimated within 25% of measured: "
+    print(f"lever ratios (pairs of one setup differing in one lever), estimated within 25% of measured: "
           f"{ratios['within_25pct']:.0%} of {ratios['pairs']} pairs, source-balanced {ratios['source_balanced']:.0%}")
     for lever, got in ratios["by_lever"].items():
         print(f"  {lever:<8} {got['pairs']:>5} pairs  within 25%: {got['within_25pct']:>4.0%}")

@@ -11,7 +11,7 @@ import pytest
 from stage5 import cost, validate
 from stage5.__main__ import main
 from stage5.hardware import GPUS
-from stage5.published import NIM_KV_EVIDENCE, SERVING_POINTS, SOURCES, TRTLLM_H200_KV_EVIDENCE
+from stage5.published import NIM_KV_EVIDENCE, SERVING_POINTS, SOURCES, TRTLLM_H200_KV_EVIDENCE, setup_of
 from stage5.quantization import deployment, weight_format
 
 
@@ -628,3 +628,20 @@ def test_mlc_rows_are_the_readme_table_in_q4f16_1():
                for p in pts)
     assert weight_format("int4-g32").bytes == 0.5625
     assert SOURCES["mlc-llm"].profile == "graphs" and not SOURCES["mlc-llm"].in_sample
+
+
+def test_format_pairs_cross_the_two_tables_of_one_setup_and_no_other_sources():
+    """gpt-fast's 16-bit and quantized rows ran on one engine and machine: a pair differing only in the format (the
+    head's included) is scored, counted under the held-out source; rows of different setups never pair."""
+    got = {(p.a, p.b): p for p in validate.pairs(validate.rows())}
+    cross = got[("gptfast-llama2-7b-tp1", "gptfast-llama2-7b-w8a16-tp1")]
+    assert (cross.lever, cross.source) == ("format", "gpt-fast-quant")
+    assert ("gptfast-llama2-70b-tp8", "gptfast-llama2-70b-int4-g32-zp-tp8") in got
+    ids = {p.id: p for p in SERVING_POINTS}
+    for p in got.values():
+        assert setup_of(ids[p.a].source_key) == setup_of(ids[p.b].source_key), (p.a, p.b)
+    # the head's format is part of the format lever: the same point with only its head quantized pairs as "format"
+    base = _point("h", weights="w8a16")
+    pts = {"h": base, "q": replace(base, id="q", head="w8a16")}
+    table = [validate.Row("h", "tpot_ms", 10.0, 1.0, 9.0, "nim"), validate.Row("q", "tpot_ms", 9.5, 1.0, 8.8, "nim")]
+    assert [p.lever for p in validate.pairs(table, pts)] == ["format"]
