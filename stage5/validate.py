@@ -238,7 +238,7 @@ def shares(table: list[Row]) -> dict[str, object]:
 # ------------------------------------------------------------------------------------ lever ratios
 @dataclass(frozen=True)
 class Pair:
-    """Two points of one source that differ in one lever: the measured and the estimated ratio of their metric."""
+    """Two points of one setup (:func:`pairs`) that differ in one lever: the measured and the estimated ratio of their metric."""
 
     source: str
     lever: str  # a key of LEVERS
