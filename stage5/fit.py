@@ -7,8 +7,10 @@ published sources marked ``fit`` (:attr:`stage5.published.Source.split`) and fro
 ``python -m stage5 validate --refit`` recomputes them (:func:`fit_constants`) and prints them beside the frozen ones.
 
 Every accuracy reported is out of sample: leave-one-source-out over all sources (:func:`loso_estimates`: a fit
-source is scored by a refit without it; a held-out source by the frozen fit, which never saw it), and the held-out
-sources alone (:func:`fit_report`).
+source is scored by a refit without it; a source measured on a fit source's engine and machines, its setup
+(:func:`stage5.published.setup_of`), by a refit without that source; any other source by the frozen fit, which never
+saw it), and the held-out sources alone, those whose setup the fit never saw (:func:`fit_report`). Shares and bands
+weigh each setup alike in the fit report's shares and in every band.
 
 The error band printed with an estimate (:func:`band`) is a prediction interval for the measured / estimate of a
 source it has not seen, built from the leave-one-source-out rows of its regime (metric; batch 1 or batched; engine
@@ -34,7 +36,7 @@ import numpy as np
 
 from stage5 import cost, fitted
 from stage5.inputs import OneLineParser, dumps
-from stage5.published import SOURCES, ServingPoint, setup_of
+from stage5.published import SOURCES, ServingPoint, seen_by_fit, setup_of
 from stage5.validate import (
     METRICS,
     WIDE,
@@ -480,17 +482,21 @@ def _fit_without(excluded: tuple[str, ...]) -> np.ndarray:
 
 @lru_cache(maxsize=64)
 def ratios_without(source: str) -> np.ndarray:
-    """Every row's measured / estimate as the leave-one-source-out report would give it had ``source`` never been
-    published: each other fit source by a refit without it and ``source``, each held-out source by the fit without
-    ``source``. ``source``'s own rows keep their leave-one-source-out ratio. For a held-out source that is the
-    leave-one-source-out ratio everywhere (no fit saw it)."""
+    """Every row's measured / estimate as the leave-one-source-out report would give it had ``source`` and its setup
+    (:func:`stage5.published.setup_of`) never been published: each other fit source by a refit without it and the
+    setup's fit sources, each held-out source by the fit without the setup's fit sources. The setup's own rows keep
+    their leave-one-source-out ratio. For a source whose setup no fit source shares that is the leave-one-source-out
+    ratio everywhere (no fit saw it)."""
     d = decompose()
-    if source not in fit_sources():
+    gone = tuple(sorted(k for k in fit_sources() if setup_of(k) == setup_of(source)))  # the fit sources of its setup
+    if not gone:
         return d.measured / loso_estimates()[0]
-    est = _fit_without((source,)).copy()
+    est = _fit_without(gone).copy()
     for other in fit_sources():
         mine = d.source == other
-        est[mine] = (loso_estimates()[0] if other == source else _fit_without(tuple(sorted({source, other}))))[mine]
+        est[mine] = (loso_estimates()[0] if other in gone else _fit_without(tuple(sorted({*gone, other}))))[mine]
+    mine = d.setup == setup_of(source)  # its setup's own rows keep their leave-one-source-out ratio
+    est[mine] = loso_estimates()[0][mine]
     return d.measured / est
 
 
@@ -541,11 +547,11 @@ def loso_rows():
 
 
 def split_report(fit_set: tuple[str, ...]) -> dict[str, object]:
-    """What a fit on ``fit_set`` scores on every other source (pooled and source-balanced shares): the held-out
-    figures a different split would report."""
+    """What a fit on ``fit_set`` scores on every source whose setup it did not see (pooled and source-balanced
+    shares): the held-out figures a different split would report."""
     d = decompose()
     est = estimates(fit_constants(fit_set, d), d)
-    held = ~np.isin(d.source, fit_set)
+    held = ~np.isin(d.setup, [setup_of(k) for k in fit_set])  # sources whose setup the fit did not see
     return _shares((est / d.measured)[held], d.source[held])
 
 
@@ -558,7 +564,7 @@ def fit_report() -> dict[str, object]:
     loso, used = loso_estimates()
     frozen_est = estimates(frozen(), d)
     fit_set = fit_sources()
-    held = tuple(sorted(k for k in SOURCES if k not in fit_set))
+    held = tuple(sorted(k for k in SOURCES if not seen_by_fit(k)))  # no fit source shares its setup
     held_rows = np.isin(d.source, held)
     regimes = sorted({_regime(d, i) for i in range(len(d.measured))})
     bands = {}
@@ -574,8 +580,8 @@ def fit_report() -> dict[str, object]:
         "fit_date": fitted.FIT_DATE, "fitted_on": list(fitted.FITTED_ON), "fit_sources": list(fit_set),
         "held_out_sources": list(held), "objective": "source-balanced mean |log(measured / estimate)|",
         "frozen": frozen(), "objective_value": objective(frozen(), fit_set, d),
-        "leave_one_source_out": {**_shares(loso / d.measured, d.source), "by_metric": {
-            METRICS[m]: _shares((loso / d.measured)[d.metric == m], d.source[d.metric == m]) for m in METRICS},
+        "leave_one_source_out": {**_shares(loso / d.measured, d.setup), "by_metric": {
+            METRICS[m]: _shares((loso / d.measured)[d.metric == m], d.setup[d.metric == m]) for m in METRICS},
             "by_source": {k: _shares((loso / d.measured)[d.source == k], d.source[d.source == k])
                           for k in sorted(SOURCES)}},
         "held_out": {**_shares((frozen_est / d.measured)[held_rows], d.source[held_rows]), "by_metric": {
@@ -596,10 +602,14 @@ def fit_report() -> dict[str, object]:
 
 
 def _ratio_summary() -> dict[str, float]:
+    """Lever ratios priced leave one source out: pooled, and balanced over setups (each setup's pairs pooled)."""
     from stage5 import validate
 
-    got = validate.ratio_shares(loso_rows())
-    return {"pairs": got["pairs"], "within_25pct": got["within_25pct"], "source_balanced": got["source_balanced"]}
+    every = validate.pairs(loso_rows())
+    setups = sorted({setup_of(p.source) for p in every})
+    inside = {g: [validate.in_band(p.error) for p in every if setup_of(p.source) == g] for g in setups}
+    return {"pairs": len(every), "within_25pct": float(np.mean([validate.in_band(p.error) for p in every])),
+            "source_balanced": float(np.mean([np.mean(v) for v in inside.values()]))}
 
 
 def _sample(levels: dict[str, dict]) -> str:

@@ -20,8 +20,8 @@ Physical constants (peaks, bandwidths, capacities) are not fitted: they cite dat
 FIT_DATE = "2026-12-05"
 FITTED_ON = ("dstack-mi300x", "ft-530b", "gpt-fast", "lmdeploy-a100", "nim", "tinychat-fp16")
 JOINED = ()  # sources that joined the fit set at this fit (none: the first fit with a split)
-# (qwen-hf, qwen-vllm, trtllm-h200-0.5, trtllm-h200-0.7a and gpt-fast-quant were added after this fit: held out
-# until the next one.)
+# (qwen-hf, qwen-vllm, trtllm-h200-0.5, trtllm-h200-0.7a, gpt-fast-quant and mlc-llm were added after this fit: not
+# fitted on until the next one.)
 
 # Achieved share of the datasheet's memory bandwidth, by GPU family (stage5.cost.GPU_FAMILY).
 BANDWIDTH_FRACTION = {"ada": 0.70, "ampere": 0.66, "cdna3": 0.37, "hopper": 0.59}

@@ -235,14 +235,21 @@ SPLIT_REASONS = {
     "trtllm-h200-0.5": "held out: added after the first fit (issue 47); TensorRT-LLM static batches on H200",
     "trtllm-h200-0.7a": "held out: added after the first fit (issue 47); TensorRT-LLM static batches on H200",
     "mlc-llm": "held out: added after the first fit (issue 47); a compiled engine with CUDA graphs on a GeForce card",
-    "gpt-fast-quant": "held out: added after the first fit (issue 47); the fit source gpt-fast's engine and machine "
-                      "with 8-bit and 4-bit weights: not independent of it, a test of the formats",
+    "gpt-fast-quant": "not fitted on, added after the first fit (issue 47), but not among the held-out sources: the "
+                      "fit source gpt-fast's engine and machine with 8-bit and 4-bit weights, scored only by the fit "
+                      "without gpt-fast",
 }
 
 
 def setup_of(key: str) -> str:
     """The independent setup a source belongs to: its ``same_setup_as`` source, or itself."""
     return SOURCES[key].same_setup_as or key
+
+
+def seen_by_fit(key: str) -> bool:
+    """Whether the fit saw this source's setup (:func:`setup_of`): it, or a source measured with its engine on its
+    machines, is marked ``fit``. Held-out figures count only sources whose setup it never saw."""
+    return any(s.in_sample for k, s in SOURCES.items() if setup_of(k) == setup_of(key))
 
 
 def _llama2(name: str, hidden: int, layers: int, heads: int, kv_heads: int, ffn: int) -> ModelConfig:
@@ -266,7 +273,9 @@ _GPT_FAST_TOKS = {(LLAMA2_7B, 1): 104.9, (LLAMA2_7B, 2): 168.84, (LLAMA2_7B, 4):
 # issue 47: held out): "Benchmarks" (one A100) and "Tensor Parallelism + Quantization" (Llama-2-70B on 8), rows
 # "8-bit" and "4-bit (G=32)". quantize.py: 8-bit is WeightOnlyInt8Linear (int8 weights, a BF16 scale per output
 # channel: W8A16), 4-bit is WeightOnlyInt4Linear (4-bit weights, a BF16 scale and zero per 32: "int4-g32-zp"); both
-# replace every nn.Linear, the output head included, and leave the embedding (an nn.Embedding) at 16 bits. The "Base"
+# replace every nn.Linear, the output head included, and leave the embedding (an nn.Embedding) at 16 bits. Priced
+# with ServingPoint.head, which sets the width of every lookup table (Deployment.head_bytes), the embedding too: that
+# changes only the memory the weights take, since a step reads just the embedding rows it looks up. The "Base"
 # rows repeat the Tensor Parallelism table's (the fit source's) and are not added again. {(model, GPUs, format):
 # tokens/s}.
 _GPT_FAST_QUANT_TOKS = {(LLAMA2_7B, 1, "w8a16"): 155.58, (LLAMA2_7B, 1, "int4-g32-zp"): 196.80,

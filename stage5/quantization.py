@@ -2,7 +2,8 @@
 
 A format sets two things: the bytes each weight (or each cached key/value element) occupies, and whether the
 matrix multiplications may run at the chip's low-precision rate. The lookup tables (input embedding, output head)
-stay at 16 bits whatever the format, as engines keep them (:attr:`stage5.cost.Deployment.table_bytes`). Weight-only formats (W8A16, W4A16) keep the
+stay at 16 bits whatever the format, as most engines keep them (:attr:`stage5.cost.Deployment.table_bytes`; an engine
+that quantizes them too sets :attr:`stage5.cost.Deployment.head_bytes`). Weight-only formats (W8A16, W4A16) keep the
 activations in 16 bits, so their matmuls run at the BF16 rate: they save bytes, not FLOPs. W8A8 formats (FP8,
 INT8) quantize the activations too, and on a chip with FP8 tensor cores the cost model grants them its FP8
 rate at the same MFU (an estimate that flatters them: low-precision kernels rarely reach the same MFU).

@@ -26,7 +26,7 @@ import numpy as np
 
 from stage5 import cost
 from stage5.inputs import OneLineParser, dumps
-from stage5.published import NOT_PRICED, SERVING_POINTS, SOURCES, ServingPoint, setup_of
+from stage5.published import NOT_PRICED, SERVING_POINTS, SOURCES, ServingPoint, seen_by_fit, setup_of
 from stage5.quantization import deployment, weight_format
 
 WITHIN = (0.8, 1.25)  # the tight band, as estimate / measured: within 25%
@@ -212,7 +212,7 @@ def is_fresh(source_key: str) -> bool:
     return SOURCES[source_key].added_in >= FRESH_AFTER
 
 
-SPLITS = {"in_sample": lambda k: SOURCES[k].in_sample, "held_out": lambda k: not SOURCES[k].in_sample,
+SPLITS = {"in_sample": lambda k: SOURCES[k].in_sample, "held_out": lambda k: not seen_by_fit(k),
           "fresh": is_fresh}
 
 
@@ -265,8 +265,8 @@ def _setup(source: str) -> str:
 
 
 def _pair_source(a: str, b: str) -> str:
-    """The source a pair is counted under: its rows' source, or, for a pair across two sources of one setup, the
-    held-out one (its rows are the ones the fit never saw)."""
+    """The source a pair is counted under: its rows' source, or, for a pair across two sources of one setup, the one
+    not fitted on."""
     if a == b:
         return a
     held = [k for k in (a, b) if not SOURCES[k].in_sample]
