@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 
 from stage5 import __version__
-from stage5.inputs import InputError, OneLineParser, run_command
+from stage5.inputs import InputError, OneLineParser, import_holding_ctrl_c, run_command
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -35,6 +35,8 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         parser.print_help()
         return 0
+    if args.command in ("calibrate", "bench"):  # the commands that run torch: import it where Ctrl-C cannot abort it
+        import_holding_ctrl_c("torch")
     # Each subcommand parses its own arguments, so `python -m stage5 deploy --help` shows its options.
     if args.command == "figures":
         from stage5.figures import main as run

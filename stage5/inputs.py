@@ -373,6 +373,28 @@ INTERRUPTED = 130  # 128 + SIGINT: what a shell reports for a program stopped by
 OUTPUT_FAILED = 1  # the output could not be written (a full disk, a closed stdout): not a usage error
 
 
+def import_holding_ctrl_c(name: str) -> None:
+    """Import module ``name`` with Ctrl-C held until the import returns.
+
+    torch's start-up calls back into Python from C++; a KeyboardInterrupt raised inside such a callback escapes
+    through pybind11 as ``std::terminate`` and the process aborts (status -6, a C++ message instead of
+    :func:`run_command`'s one line). Held (SIGINT blocked in this thread, and so in every thread the import starts),
+    the signal stays pending and lands the moment the import returns, as an ordinary KeyboardInterrupt in Python.
+    Off the main thread, where Python never delivers signals, it imports plainly."""
+    import importlib
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        importlib.import_module(name)
+        return
+    held = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        importlib.import_module(name)
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, held)
+
+
 def run_command(main: Callable[[], int], prog: str = "python -m stage5") -> NoReturn:
     """Exit with ``main()``'s status, with one line (never a traceback) for what the environment does to a run.
 

@@ -178,6 +178,32 @@ def test_a_real_ctrl_c_during_calibrate_force(tmp_path):
     assert path.read_text() == GOOD.to_json() and not list(tmp_path.glob("*.tmp"))
 
 
+def test_a_ctrl_c_during_a_held_import_lands_after_it(tmp_path, monkeypatch):
+    """stage5.inputs.import_holding_ctrl_c: a SIGINT sent while the module is importing (torch's C++ start-up, which
+    aborts on a KeyboardInterrupt) waits until the import has finished, then lands as a KeyboardInterrupt in Python;
+    the signal mask is as it was. A plain import takes it half-way, and the module never finishes."""
+    from stage5.inputs import import_holding_ctrl_c
+
+    (tmp_path / "held_mod.py").write_text("import os, signal\nos.kill(os.getpid(), signal.SIGINT)\n"
+                                         "total = sum(range(100000))\nDONE = True\n")
+    (tmp_path / "plain_mod.py").write_text((tmp_path / "held_mod.py").read_text())
+    monkeypatch.syspath_prepend(str(tmp_path))
+    before = signal.signal(signal.SIGINT, signal.default_int_handler)  # a worker may have been left ignoring it
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, set())
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            import_holding_ctrl_c("held_mod")
+        assert sys.modules["held_mod"].DONE
+        with pytest.raises(KeyboardInterrupt):
+            __import__("plain_mod")
+        assert "plain_mod" not in sys.modules
+    finally:
+        signal.signal(signal.SIGINT, before)
+        for name in ("held_mod", "plain_mod"):
+            sys.modules.pop(name, None)
+    assert signal.pthread_sigmask(signal.SIG_BLOCK, set()) == mask
+
+
 @guarded(cpu_s=120)
 def test_stdout_on_a_full_disk_is_one_line_naming_enospc():
     for args in (["model", "llama3-8b"], ["--help"], ["deploy", "--help"]):
