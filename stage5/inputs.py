@@ -378,21 +378,28 @@ def import_holding_ctrl_c(name: str) -> None:
 
     torch's start-up calls back into Python from C++; a KeyboardInterrupt raised inside such a callback escapes
     through pybind11 as ``std::terminate`` and the process aborts (status -6, a C++ message instead of
-    :func:`run_command`'s one line). Held (SIGINT blocked in this thread, and so in every thread the import starts),
-    the signal stays pending and lands the moment the import returns, as an ordinary KeyboardInterrupt in Python.
-    Off the main thread, where Python never delivers signals, it imports plainly."""
+    :func:`run_command`'s one line). Held, a Ctrl-C during the import is only noted; once the import returns, the
+    handler that was there before gets it (Python's own raises KeyboardInterrupt, in Python). Off the main thread,
+    where Python neither delivers signals nor lets a handler be set, it imports plainly."""
     import importlib
+    import os
     import signal
     import threading
 
     if threading.current_thread() is not threading.main_thread():
         importlib.import_module(name)
         return
-    held = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    noted: list[int] = []
+    before = signal.signal(signal.SIGINT, lambda signum, _frame: noted.append(signum))
     try:
         importlib.import_module(name)
     finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, held)
+        signal.signal(signal.SIGINT, before)
+    if noted:
+        if callable(before):
+            before(signal.SIGINT, None)
+        elif before == signal.SIG_DFL:
+            os.kill(os.getpid(), signal.SIGINT)
 
 
 def run_command(main: Callable[[], int], prog: str = "python -m stage5") -> NoReturn:

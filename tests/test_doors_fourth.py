@@ -181,7 +181,8 @@ def test_a_real_ctrl_c_during_calibrate_force(tmp_path):
 def test_a_ctrl_c_during_a_held_import_lands_after_it(tmp_path, monkeypatch):
     """stage5.inputs.import_holding_ctrl_c: a SIGINT sent while the module is importing (torch's C++ start-up, which
     aborts on a KeyboardInterrupt) waits until the import has finished, then lands as a KeyboardInterrupt in Python;
-    the signal mask is as it was. A plain import takes it half-way, and the module never finishes."""
+    the handler and the signal mask are as they were. A plain import takes it half-way, and the module never
+    finishes."""
     from stage5.inputs import import_holding_ctrl_c
 
     (tmp_path / "held_mod.py").write_text("import os, signal\nos.kill(os.getpid(), signal.SIGINT)\n"
@@ -193,7 +194,7 @@ def test_a_ctrl_c_during_a_held_import_lands_after_it(tmp_path, monkeypatch):
     try:
         with pytest.raises(KeyboardInterrupt):
             import_holding_ctrl_c("held_mod")
-        assert sys.modules["held_mod"].DONE
+        assert sys.modules["held_mod"].DONE and signal.getsignal(signal.SIGINT) is signal.default_int_handler
         with pytest.raises(KeyboardInterrupt):
             __import__("plain_mod")
         assert "plain_mod" not in sys.modules
