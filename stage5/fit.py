@@ -9,8 +9,8 @@ published sources marked ``fit`` (:attr:`stage5.published.Source.split`) and fro
 Every accuracy reported is out of sample: leave-one-source-out over all sources (:func:`loso_estimates`: a fit
 source is scored by a refit without it; a source measured on a fit source's engine and machines, its setup
 (:func:`stage5.published.setup_of`), by a refit without that source; any other source by the frozen fit, which never
-saw it), and the held-out sources alone, those whose setup the fit never saw (:func:`fit_report`). Shares and bands
-weigh each setup alike in the fit report's shares and in every band.
+saw it), and the held-out sources alone, those whose setup the fit never saw (:func:`fit_report`). The fit report's
+shares and every band weigh each setup alike.
 
 The error band printed with an estimate (:func:`band`) is a prediction interval for the measured / estimate of a
 source it has not seen, built from the leave-one-source-out rows of its regime (metric; batch 1 or batched; engine
@@ -264,15 +264,14 @@ def loso_estimates() -> tuple[np.ndarray, dict[str, dict[str, float]]]:
     setup (:func:`stage5.published.setup_of`): a refit without those of them the fit uses, else the frozen fit; and
     the constants used for each source."""
     d = decompose()
-    fit_set = fit_sources()
     out = estimates(frozen(), d)
     used = {}
     for k in sorted(SOURCES):
-        left_out = tuple(s for s in fit_set if setup_of(s) == setup_of(k))
-        used[k] = fit_constants(tuple(s for s in fit_set if s not in left_out), d) if left_out else frozen()
+        left_out = _fit_sources_of_setup(k)
+        used[k] = dict(_constants_without(left_out)) if left_out else frozen()
         if left_out:
             mine = d.source == k
-            out[mine] = estimates(used[k], d)[mine]
+            out[mine] = _fit_without(left_out)[mine]
     return out, used
 
 
@@ -473,11 +472,23 @@ def band_ms(b: Band, estimate_ms: float, floor_ms: float | None = None) -> tuple
     return (low if floor_ms is None else max(low, floor_ms)), b.high * estimate_ms
 
 
+def _fit_sources_of_setup(source: str) -> tuple[str, ...]:
+    """The fit sources of ``source``'s setup (:func:`stage5.published.setup_of`), sorted: what leaving it out removes
+    from the fit."""
+    return tuple(sorted(k for k in fit_sources() if setup_of(k) == setup_of(source)))
+
+
+@lru_cache(maxsize=64)
+def _constants_without(excluded: tuple[str, ...]) -> dict[str, float]:
+    """The constants of a refit on the fit sources less ``excluded`` (sorted), each refit done once per process
+    (leave-one-source-out and nested calibration ask for the same ones). Shared: read it, never change it."""
+    return fit_constants(tuple(s for s in fit_sources() if s not in excluded), decompose())
+
+
 @lru_cache(maxsize=64)
 def _fit_without(excluded: tuple[str, ...]) -> np.ndarray:
     """Every row's estimate from a refit on the fit sources less ``excluded`` (sorted)."""
-    d = decompose()
-    return estimates(fit_constants(tuple(s for s in fit_sources() if s not in excluded), d), d)
+    return estimates(_constants_without(excluded), decompose())
 
 
 @lru_cache(maxsize=64)
@@ -488,13 +499,14 @@ def ratios_without(source: str) -> np.ndarray:
     their leave-one-source-out ratio. For a source whose setup no fit source shares that is the leave-one-source-out
     ratio everywhere (no fit saw it)."""
     d = decompose()
-    gone = tuple(sorted(k for k in fit_sources() if setup_of(k) == setup_of(source)))  # the fit sources of its setup
+    gone = _fit_sources_of_setup(source)
     if not gone:
         return d.measured / loso_estimates()[0]
     est = _fit_without(gone).copy()
     for other in fit_sources():
-        mine = d.source == other
-        est[mine] = (loso_estimates()[0] if other in gone else _fit_without(tuple(sorted({*gone, other}))))[mine]
+        if other not in gone:
+            mine = d.source == other
+            est[mine] = _fit_without(tuple(sorted({*gone, other})))[mine]
     mine = d.setup == setup_of(source)  # its setup's own rows keep their leave-one-source-out ratio
     est[mine] = loso_estimates()[0][mine]
     return d.measured / est
@@ -605,11 +617,12 @@ def _ratio_summary() -> dict[str, float]:
     """Lever ratios priced leave one source out: pooled, and balanced over setups (each setup's pairs pooled)."""
     from stage5 import validate
 
-    every = validate.pairs(loso_rows())
-    setups = sorted({setup_of(p.source) for p in every})
-    inside = {g: [validate.in_band(p.error) for p in every if setup_of(p.source) == g] for g in setups}
-    return {"pairs": len(every), "within_25pct": float(np.mean([validate.in_band(p.error) for p in every])),
-            "source_balanced": float(np.mean([np.mean(v) for v in inside.values()]))}
+    by_setup: dict[str, list[bool]] = {}
+    for p in validate.pairs(loso_rows()):
+        by_setup.setdefault(setup_of(p.source), []).append(validate.in_band(p.error))
+    every = [hit for hits in by_setup.values() for hit in hits]
+    return {"pairs": len(every), "within_25pct": float(np.mean(every)),
+            "source_balanced": float(np.mean([np.mean(hits) for hits in by_setup.values()]))}
 
 
 def _sample(levels: dict[str, dict]) -> str:
