@@ -63,8 +63,8 @@ def test_leave_one_source_out_scores_each_fit_source_by_a_fit_without_it():
         assert used[k] == fit.fit_constants(tuple(s for s in fit.fit_sources() if s != k))
         mine = d.source == k
         assert loso[mine] == pytest.approx(fit.estimates(used[k])[mine])
-    # a held-out source run on a fit source's engine and machines (gpt-fast's quantized rows) is scored by the fit
-    # without that source; every other held-out source by the frozen fit
+    # a source not fitted on but run on a fit source's engine and machines (gpt-fast's quantized rows) is scored by
+    # the fit without that source; every other source not fitted on, by the frozen fit
     assert setup_of("gpt-fast-quant") == "gpt-fast"
     twin = d.source == "gpt-fast-quant"
     assert used["gpt-fast-quant"] == used["gpt-fast"] and loso[twin] == pytest.approx(fit.estimates(used["gpt-fast"])[twin])
